@@ -1,0 +1,45 @@
+"""diloco_lite: low-communication distributed training in JAX, small enough to read.
+
+Public API (imported lazily, so `import diloco_lite` neither imports JAX eagerly nor
+initializes a backend; call `emulate_devices(n)` first in a fresh process):
+
+    emulate_devices, worker_mesh          devices
+    load_corpus, Corpus                   data
+    ModelConfig, RunConfig,               config
+    DDP, DiLoCo, StreamingDiLoCo, DecoupledDiLoCo
+    train, RunResult                      train
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "emulate_devices": "devices",
+    "worker_mesh": "devices",
+    "load_corpus": "data",
+    "Corpus": "data",
+    "ModelConfig": "config",
+    "RunConfig": "config",
+    "DDP": "config",
+    "DiLoCo": "config",
+    "StreamingDiLoCo": "config",
+    "DecoupledDiLoCo": "config",
+    "train": "train",
+    "RunResult": "train",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module 'diloco_lite' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

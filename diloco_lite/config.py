@@ -1,0 +1,237 @@
+"""Configuration: the model, the run, and the four algorithms, as frozen dataclasses.
+
+Every config validates itself where it enters (`__post_init__`) and raises `ValueError`
+naming the field and its allowed range, so that a bad value never reaches JAX.
+
+Math symbol -> field (ALGORITHMS.md):
+
+| symbol | meaning                          | field                                  |
+|--------|----------------------------------|----------------------------------------|
+| M      | workers / learners               | `RunConfig.workers`, `DecoupledDiLoCo.learners` |
+| H      | inner steps between syncs        | `inner_steps`                          |
+| P      | fragments                        | `fragments`                            |
+| tau    | overlap, in inner steps          | `overlap`                              |
+| alpha  | mixing of the arriving fragment  | `mix`                                  |
+| b      | bits per transmitted value       | `bits`                                 |
+| K      | syncer quorum                    | `quorum`                               |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+ALLOWED_BITS = (32, 16, 8, 4)
+SPLITS = ("iid", "by_genre")
+FRAGMENTATIONS = ("balanced", "layers")
+
+
+def check(ok: bool, field: str, value: Any, allowed: str) -> None:
+    """Raise a `ValueError` naming `field`, its `value` and the `allowed` range unless `ok`."""
+    if not ok:
+        raise ValueError(f"{field}={value!r} is invalid: must be {allowed}")
+
+
+def check_int(field: str, value: Any, low: int, high: int | None = None) -> None:
+    """`value` must be an int (not bool) in [low, high] (high=None: unbounded)."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    ok = is_int and value >= low and (high is None or value <= high)
+    allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+    check(ok, field, value, allowed)
+
+
+def check_positive(field: str, value: Any) -> None:
+    """`value` must be a finite real number > 0."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = ok and value == value and value > 0 and value != float("inf")
+    check(ok, field, value, "a finite number > 0")
+
+
+# --------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """A small decoder-only character transformer (pre-norm, learned positions, tied embeddings).
+
+    The default (~0.2M parameters) trains on 8 emulated CPU devices in a few minutes.
+    `vocab_size=None` means "take it from the corpus".
+    """
+
+    vocab_size: int | None = None
+    context: int = 64
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    mlp_ratio: int = 4
+
+    def __post_init__(self):
+        if self.vocab_size is not None:
+            check_int("ModelConfig.vocab_size", self.vocab_size, 2)
+        check_int("ModelConfig.context", self.context, 1)
+        check_int("ModelConfig.d_model", self.d_model, 1)
+        check_int("ModelConfig.n_layers", self.n_layers, 1)
+        check_int("ModelConfig.n_heads", self.n_heads, 1)
+        check_int("ModelConfig.mlp_ratio", self.mlp_ratio, 1)
+        check(
+            self.d_model % self.n_heads == 0,
+            "ModelConfig.n_heads",
+            self.n_heads,
+            f"a divisor of d_model={self.d_model}",
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Algorithms
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DDP:
+    """Data-parallel training: one all-reduce of the full gradient every step (ALGORITHMS.md §1)."""
+
+    name = "ddp"
+
+
+@dataclasses.dataclass(frozen=True)
+class DiLoCo:
+    """H local steps per worker, then one outer Nesterov step on the mean pseudo-gradient (§2).
+
+    `outer_optimizer=None` means `optax.sgd(0.7, momentum=0.9, nesterov=True)`.
+    """
+
+    inner_steps: int = 50
+    outer_optimizer: Any = None
+    name = "diloco"
+
+    def __post_init__(self):
+        check_int("DiLoCo.inner_steps", self.inner_steps, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamingDiLoCo:
+    """DiLoCo with P staggered fragments, overlap tau, mixing alpha and b-bit deltas (§3)."""
+
+    inner_steps: int = 50
+    fragments: int = 2
+    overlap: int = 1
+    mix: float = 0.5
+    bits: int = 4
+    fragmentation: str = "balanced"
+    outer_optimizer: Any = None
+    name = "streaming_diloco"
+
+    def __post_init__(self):
+        check_int("StreamingDiLoCo.inner_steps", self.inner_steps, 1)
+        check_int("StreamingDiLoCo.fragments", self.fragments, 1)
+        check_int("StreamingDiLoCo.overlap", self.overlap, 0, self.inner_steps - 1)
+        _check_mix("StreamingDiLoCo.mix", self.mix)
+        check(self.bits in ALLOWED_BITS, "StreamingDiLoCo.bits", self.bits, f"one of {ALLOWED_BITS}")
+        check(
+            self.fragmentation in FRAGMENTATIONS,
+            "StreamingDiLoCo.fragmentation",
+            self.fragmentation,
+            f"one of {FRAGMENTATIONS}",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoupledDiLoCo:
+    """Asynchronous learners and a central syncer with a quorum (§4).
+
+    Paper defaults (second-hand): P=24, H=24, tau=2, K=1, int4 outer gradients.
+    `grace_safety` scales the adaptive grace window (0 disables it); `merge` is "rda" or "mean".
+    """
+
+    inner_steps: int = 24
+    fragments: int = 24
+    overlap: int = 2
+    bits: int = 4
+    learners: int = 8
+    quorum: int = 1
+    mix: float = 0.0
+    grace_safety: float = 0.5
+    merge: str = "rda"
+    outer_optimizer: Any = None
+    name = "decoupled_diloco"
+
+    def __post_init__(self):
+        check_int("DecoupledDiLoCo.inner_steps", self.inner_steps, 1)
+        check_int("DecoupledDiLoCo.fragments", self.fragments, 1)
+        check_int("DecoupledDiLoCo.overlap", self.overlap, 0, self.inner_steps - 1)
+        check(self.bits in ALLOWED_BITS, "DecoupledDiLoCo.bits", self.bits, f"one of {ALLOWED_BITS}")
+        check_int("DecoupledDiLoCo.learners", self.learners, 1)
+        check_int("DecoupledDiLoCo.quorum", self.quorum, 1, self.learners)
+        _check_mix("DecoupledDiLoCo.mix", self.mix)
+        gs = self.grace_safety
+        ok = isinstance(gs, (int, float)) and not isinstance(gs, bool) and 0 <= gs <= 1
+        check(ok, "DecoupledDiLoCo.grace_safety", gs, "a number in [0, 1]")
+        check(self.merge in ("rda", "mean"), "DecoupledDiLoCo.merge", self.merge, "'rda' or 'mean'")
+
+
+Algorithm = DDP | DiLoCo | StreamingDiLoCo | DecoupledDiLoCo
+
+
+def _check_mix(field: str, mix: Any) -> None:
+    ok = isinstance(mix, (int, float)) and not isinstance(mix, bool) and 0.0 <= mix <= 1.0
+    check(ok, field, mix, "a number in [0, 1]")
+
+
+# --------------------------------------------------------------------------------------------
+# Run
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """One training run. `batch_size` is per worker; the global batch is `workers * batch_size`.
+
+    `inner_optimizer=None` means AdamW with linear warm-up and cosine decay (`steps.default_inner_optimizer`).
+    `eval_every=None` evaluates about 20 times per run (and always at the last step).
+    """
+
+    algorithm: Any = dataclasses.field(default_factory=DDP)
+    workers: int = 8
+    steps: int = 600
+    batch_size: int = 16
+    seq_len: int = 64
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    inner_optimizer: Any = None
+    learning_rate: float = 3e-3
+    warmup_steps: int = 50
+    split: str = "iid"
+    corpus: str = "shakespeare"
+    eval_every: int | None = None
+    eval_batches: int = 8
+    seed: int = 0
+
+    def __post_init__(self):
+        check(
+            isinstance(self.algorithm, (DDP, DiLoCo, StreamingDiLoCo, DecoupledDiLoCo)),
+            "RunConfig.algorithm",
+            self.algorithm,
+            "an instance of DDP, DiLoCo, StreamingDiLoCo or DecoupledDiLoCo",
+        )
+        check_int("RunConfig.workers", self.workers, 1)
+        check_int("RunConfig.steps", self.steps, 1)
+        check_int("RunConfig.batch_size", self.batch_size, 1)
+        check(isinstance(self.model, ModelConfig), "RunConfig.model", self.model, "a ModelConfig")
+        check_int("RunConfig.seq_len", self.seq_len, 1, self.model.context)
+        check_positive("RunConfig.learning_rate", self.learning_rate)
+        check_int("RunConfig.warmup_steps", self.warmup_steps, 0)
+        check(self.split in SPLITS, "RunConfig.split", self.split, f"one of {SPLITS}")
+        check(self.corpus == "shakespeare", "RunConfig.corpus", self.corpus, "'shakespeare'")
+        if self.eval_every is not None:
+            check_int("RunConfig.eval_every", self.eval_every, 1)
+        check_int("RunConfig.eval_batches", self.eval_batches, 1)
+        check_int("RunConfig.seed", self.seed, 0)
+
+    @property
+    def global_batch(self) -> int:
+        return self.workers * self.batch_size
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len

@@ -1,0 +1,60 @@
+"""Charts: one Altair theme, one offline renderer, one `save` for every figure.
+
+Why PNG: with altair 6 the default renderer loads Vega from a CDN (blank offline: "Error
+loading script") and JupyterLab 4.6's built-in `mimetype` renderer does not take Vega-Lite 6.
+The `png` renderer draws the chart in-process with vl-convert, so the image is in the notebook
+output itself and shows in JupyterLab offline, in Colab and on GitHub's notebook view.
+
+Figure builders live next to their topic (`plots.training`, `plots.systems`); each one saves
+under `figures/` as SVG and PNG through `save`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RENDERER = "png"
+FIGURES_DIR = Path(__file__).resolve().parents[2] / "figures"
+
+PALETTE = {
+    "ddp": "#4C72B0",
+    "diloco": "#DD8452",
+    "streaming_diloco": "#55A868",
+    "decoupled_diloco": "#C44E52",
+    "dp": "#4C72B0",
+    "elastic_dp": "#8172B3",
+    "decoupled": "#C44E52",
+}
+
+
+def _theme() -> dict:
+    return {
+        "config": {
+            "view": {"continuousWidth": 420, "continuousHeight": 260, "stroke": None},
+            "font": "sans-serif",
+            "axis": {"labelFontSize": 11, "titleFontSize": 12, "grid": True, "gridOpacity": 0.4},
+            "legend": {"labelFontSize": 11, "titleFontSize": 12},
+            "title": {"fontSize": 14, "anchor": "start"},
+            "range": {"category": list(PALETTE.values())[:4] + ["#937860", "#DA8BC3", "#8C8C8C"]},
+        }
+    }
+
+
+def enable() -> None:
+    """Select the project theme and the offline PNG renderer (idempotent; called by `save`)."""
+    import altair as alt
+
+    if "diloco_lite" not in alt.theme.names():
+        alt.theme.register("diloco_lite", enable=False)(_theme)
+    alt.theme.enable("diloco_lite")
+    alt.renderers.enable(RENDERER, scale_factor=2.0)
+
+
+def save(chart, name: str, figures_dir: str | Path | None = None):
+    """Write `chart` as `<figures_dir>/<name>.svg` and `.png`; return the chart for display."""
+    enable()
+    out = Path(figures_dir) if figures_dir is not None else FIGURES_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    chart.save(str(out / f"{name}.svg"))
+    chart.save(str(out / f"{name}.png"), scale_factor=2.0)
+    return chart
