@@ -1,0 +1,88 @@
+"""Counting bytes: what we *account* per sync, and what the compiled program *does*.
+
+Two independent counts that the tests hold equal:
+
+- `payload_bytes(tree, bits)`: the payload one worker contributes to one sync — every value at
+  `bits` bits, plus one fp32 scale per quantization row when `bits < 32` (see `quantize.py`).
+  Run histories book `workers × payload` per sync as `comm_bytes` (bytes sent by all workers).
+  A ring all-reduce moves 2(M−1)/M of this per worker on the wire; the bandwidth simulator
+  applies that factor, the training history does not.
+- `collective_bytes(jitted_fn, *args)`: compiles the function and reads every collective op in
+  the optimized HLO text with the bytes of its operands (tuple-shaped, i.e. combined,
+  all-reduces are summed over their elements). An op inside a loop body is counted once, as
+  it appears in the program, not once per iteration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from typing import Any
+
+from .config import ALLOWED_BITS, check
+
+_DTYPE_BYTES = {
+    "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
+    "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
+}
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
+# `%name = <shape> all-reduce(...)` or the async form `all-reduce-start(...)` (the `-done` half
+# carries no new payload and is skipped).
+_OP_RE = re.compile(
+    r"=\s*(?P<shape>\(.*?\)|[a-z0-9]+\[[0-9,]*\](?:\{[^}]*\})?)\s+"
+    r"(?P<op>" + "|".join(COLLECTIVES) + r")(?:-start)?\("
+)
+_ARRAY_RE = re.compile(r"([a-z][a-z0-9]*)\[([0-9,]*)\]")
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveOp:
+    kind: str  # "all-reduce", "all-gather", ...
+    bytes: int  # operand bytes (summed over the tuple for combined ops)
+    shape: str  # the HLO result shape text
+
+
+def shape_bytes(shape_text: str) -> int:
+    """Bytes of an HLO shape such as `f32[64,3]{1,0}` or `(f32[8], bf16[2,2])`."""
+    total = 0
+    for dtype, dims in _ARRAY_RE.findall(shape_text):
+        if dtype not in _DTYPE_BYTES:
+            continue
+        n = 1
+        for d in filter(None, dims.split(",")):
+            n *= int(d)
+        total += n * _DTYPE_BYTES[dtype]
+    return total
+
+
+def collectives_in_hlo(hlo_text: str) -> list[CollectiveOp]:
+    """Every collective op in an HLO module's text, in program order."""
+    return [
+        CollectiveOp(kind=m["op"], bytes=shape_bytes(m["shape"]), shape=m["shape"])
+        for m in _OP_RE.finditer(hlo_text)
+    ]
+
+
+def collective_bytes(jitted_fn, *args, **kwargs) -> dict[str, Any]:
+    """Compile `jitted_fn(*args)` and return its collectives: `{"ops": [...], "by_kind": {...},
+    "total": int}`; `by_kind` maps e.g. "all-reduce" to its summed operand bytes."""
+    hlo = jitted_fn.lower(*args, **kwargs).compile().as_text()
+    ops = collectives_in_hlo(hlo)
+    by_kind = Counter()
+    for op in ops:
+        by_kind[op.kind] += op.bytes
+    return {"ops": ops, "by_kind": dict(by_kind), "total": sum(by_kind.values())}
+
+
+def payload_bytes(tree: Any, bits: int = 32) -> int:
+    """Bytes one worker sends to sync `tree` at `bits` bits per value (scales included)."""
+    import jax
+
+    from .quantize import scale_count
+
+    check(bits in ALLOWED_BITS, "bits", bits, f"one of {ALLOWED_BITS}")
+    leaves = jax.tree.leaves(tree)
+    values = sum(int(x.size) for x in leaves)
+    scales = sum(scale_count(x.shape) for x in leaves) if bits < 32 else 0
+    return values * bits // 8 + 4 * scales
