@@ -128,7 +128,7 @@ class StreamingDiLoCo:
         check_int("StreamingDiLoCo.fragments", self.fragments, 1)
         check_int("StreamingDiLoCo.overlap", self.overlap, 0, self.inner_steps - 1)
         _check_mix("StreamingDiLoCo.mix", self.mix)
-        check(self.bits in ALLOWED_BITS, "StreamingDiLoCo.bits", self.bits, f"one of {ALLOWED_BITS}")
+        _check_bits("StreamingDiLoCo.bits", self.bits)
         check(
             self.fragmentation in FRAGMENTATIONS,
             "StreamingDiLoCo.fragmentation",
@@ -161,7 +161,7 @@ class DecoupledDiLoCo:
         check_int("DecoupledDiLoCo.inner_steps", self.inner_steps, 1)
         check_int("DecoupledDiLoCo.fragments", self.fragments, 1)
         check_int("DecoupledDiLoCo.overlap", self.overlap, 0, self.inner_steps - 1)
-        check(self.bits in ALLOWED_BITS, "DecoupledDiLoCo.bits", self.bits, f"one of {ALLOWED_BITS}")
+        _check_bits("DecoupledDiLoCo.bits", self.bits)
         check_int("DecoupledDiLoCo.learners", self.learners, 1)
         check_int("DecoupledDiLoCo.quorum", self.quorum, 1, self.learners)
         _check_mix("DecoupledDiLoCo.mix", self.mix)
@@ -172,6 +172,11 @@ class DecoupledDiLoCo:
 
 
 Algorithm = DDP | DiLoCo | StreamingDiLoCo | DecoupledDiLoCo
+
+
+def _check_bits(field: str, bits: Any) -> None:
+    ok = bits in ALLOWED_BITS and not isinstance(bits, bool)
+    check(ok, field, bits, f"one of {ALLOWED_BITS}")
 
 
 def _check_mix(field: str, mix: Any) -> None:
@@ -188,7 +193,8 @@ def _check_mix(field: str, mix: Any) -> None:
 class RunConfig:
     """One training run. `batch_size` is per worker; the global batch is `workers * batch_size`.
 
-    `inner_optimizer=None` means AdamW with linear warm-up and cosine decay (`steps.default_inner_optimizer`).
+    `inner_optimizer=None` means AdamW with linear warm-up and cosine decay
+    (`steps.default_inner_optimizer`, peak `learning_rate`, `warmup_steps`).
     `eval_every=None` evaluates about 20 times per run (and always at the last step).
     """
 

@@ -36,16 +36,16 @@ class Block(nnx.Module):
         self.down = nnx.Linear(cfg.mlp_ratio * d, d, rngs=rngs)
 
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
-        b, l, d = x_BxLxD.shape
+        b, n, d = x_BxLxD.shape  # n = L
         h = self.n_heads
-        qkv = self.qkv(self.ln1(x_BxLxD)).reshape(b, l, 3, h, d // h)
+        qkv = self.qkv(self.ln1(x_BxLxD)).reshape(b, n, 3, h, d // h)
         q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         scores_BxHxLxL = jnp.einsum("blhk,bmhk->bhlm", q_BxLxHxK, k_BxLxHxK) / jnp.sqrt(d // h)
-        causal_LxL = jnp.tril(jnp.ones((l, l), dtype=bool))
+        causal_LxL = jnp.tril(jnp.ones((n, n), dtype=bool))
         scores_BxHxLxL = jnp.where(causal_LxL, scores_BxHxLxL, -1e9)
         attn_BxHxLxL = jax.nn.softmax(scores_BxHxLxL, axis=-1)
         out_BxLxHxK = jnp.einsum("bhlm,bmhk->blhk", attn_BxHxLxL, v_BxLxHxK)
-        x_BxLxD = x_BxLxD + self.proj(out_BxLxHxK.reshape(b, l, d))
+        x_BxLxD = x_BxLxD + self.proj(out_BxLxHxK.reshape(b, n, d))
         return x_BxLxD + self.down(jax.nn.gelu(self.up(self.ln2(x_BxLxD))))
 
 

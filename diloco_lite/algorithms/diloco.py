@@ -182,12 +182,13 @@ class DiLoCoDriver:
             self.pending.append((t + self.tau, p, new_g_p))
             sent += self.frag_bytes[p]
         final = t >= self.total_steps
-        for due, p, values in [x for x in self.pending if x[0] <= t or final]:
+        for _due, p, values in [x for x in self.pending if x[0] <= t or final]:
             idx = self.frags[p]
             local = put_leaves(local, idx, mix(take_leaves(local, idx), values, self.alpha))
         self.pending = [x for x in self.pending if x[0] > t and not final]
         if diag:
-            norm, cos, drift = (np.mean(np.asarray(jax.device_get(v))) for v in zip(*diag))
+            diag = np.asarray(jax.device_get(diag))  # [syncs, 3]
+            norm, cos, drift = diag.mean(axis=0)
             info.update(pseudo_grad_norm=norm, pseudo_grad_cosine=cos, worker_drift=drift)
         # The end-of-run flush is booked in `bytes` but not in the per-step peak, which measures
         # the steady-state schedule (a flush of all P fragments at once would hide the P-fold
