@@ -11,6 +11,7 @@ under `figures/` as SVG and PNG through `save`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 RENDERER = "png"
@@ -50,10 +51,21 @@ def enable() -> None:
     alt.renderers.enable(RENDERER, scale_factor=2.0)
 
 
+def default_figures_dir() -> Path:
+    """`figures/`, or the git-ignored `figures/quick/` in quick mode (DILOCO_LITE_QUICK=1), so
+    that a quick CI-sized run never overwrites the full-size figures the README shows."""
+    return FIGURES_DIR / "quick" if quick_mode() else FIGURES_DIR
+
+
+def quick_mode() -> bool:
+    """True when DILOCO_LITE_QUICK=1: notebooks and `reproduce` shrink steps, not code paths."""
+    return os.environ.get("DILOCO_LITE_QUICK", "") == "1"
+
+
 def save(chart, name: str, figures_dir: str | Path | None = None):
     """Write `chart` as `<figures_dir>/<name>.svg` and `.png`; return the chart for display."""
     enable()
-    out = Path(figures_dir) if figures_dir is not None else FIGURES_DIR
+    out = Path(figures_dir) if figures_dir is not None else default_figures_dir()
     out.mkdir(parents=True, exist_ok=True)
     chart.save(str(out / f"{name}.svg"))
     chart.save(str(out / f"{name}.png"), scale_factor=2.0)
