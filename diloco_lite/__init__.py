@@ -8,6 +8,7 @@ initializes a backend; call `emulate_devices(n)` first in a fresh process):
     ModelConfig, RunConfig,               config
     DDP, DiLoCo, StreamingDiLoCo, DecoupledDiLoCo
     train, RunResult                      train
+    quick_mode                            plots (DILOCO_LITE_QUICK=1: shrink steps, not code paths)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ _EXPORTS = {
     "DecoupledDiLoCo": "config",
     "train": "train",
     "RunResult": "train",
+    "quick_mode": "plots",
 }
 
 __all__ = sorted(_EXPORTS)
