@@ -7,7 +7,7 @@ initializes a backend; call `emulate_devices(n)` first in a fresh process):
     load_corpus, Corpus                   data
     ModelConfig, RunConfig,               config
     DDP, DiLoCo, StreamingDiLoCo, DecoupledDiLoCo
-    train, RunResult                      train
+    train, RunResult                      training
     quick_mode                            plots (DILOCO_LITE_QUICK=1: shrink steps, not code paths)
 """
 
@@ -28,8 +28,8 @@ _EXPORTS = {
     "DiLoCo": "config",
     "StreamingDiLoCo": "config",
     "DecoupledDiLoCo": "config",
-    "train": "train",
-    "RunResult": "train",
+    "train": "training",
+    "RunResult": "training",
     "quick_mode": "plots",
 }
 

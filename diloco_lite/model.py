@@ -63,7 +63,7 @@ class Transformer(nnx.Module):
         self.ln_f = nnx.LayerNorm(cfg.d_model, rngs=rngs)
 
     def __call__(self, tokens_BxL: jax.Array) -> jax.Array:
-        x_BxLxD = self.embed(tokens_BxL) + self.pos.value[: tokens_BxL.shape[1]]
+        x_BxLxD = self.embed(tokens_BxL) + self.pos[: tokens_BxL.shape[1]]
         for i in range(self.n_layers):
             x_BxLxD = getattr(self, f"block_{i}")(x_BxLxD)
         return self.embed.attend(self.ln_f(x_BxLxD))  # logits_BxLxV, tied embeddings
@@ -78,7 +78,9 @@ class Model:
     template: Any  # nnx.State with the right structure, used to rebuild the module
 
     def init(self, seed: int = 0) -> Params:
-        return nnx.split(Transformer(self.cfg, rngs=nnx.Rngs(seed)))[1].to_pure_dict()
+        state = nnx.split(Transformer(self.cfg, rngs=nnx.Rngs(seed)))[1]
+        to_pure = getattr(nnx, "to_pure_dict", None)  # flax >= 0.12; older: the State method
+        return to_pure(state) if to_pure is not None else state.to_pure_dict()
 
     def apply(self, params: Params, tokens_BxL: jax.Array) -> jax.Array:
         state = jax.tree.map(lambda x: x, self.template)

@@ -1,0 +1,57 @@
+"""Packaging: environment.yml pins the same versions as pyproject.toml; import is side-effect free."""
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml  # noqa: F401  (pyyaml comes with jupytext)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pins(lines):
+    out = {}
+    for line in lines:
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)\s*(==|=)\s*([^\s#]+)\s*", line)
+        if m:
+            out[m[1].lower().replace("_", "-")] = m[3]
+    return out
+
+
+def test_environment_yml_matches_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = project["dependencies"] + [d for extra in project["optional-dependencies"].values()
+                                          for d in extra]
+    py = _pins(declared)
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda_lines = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip_lines = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    conda = {k: v for k, v in _pins(conda_lines).items() if k not in ("python",)}
+    yml = {**conda, **_pins(pip_lines)}
+    assert py == yml
+    assert len(py) >= 15
+
+
+def test_import_does_not_start_a_backend():
+    code = ("import diloco_lite, diloco_lite.config, diloco_lite.devices;"
+            "from jax._src import xla_bridge as xb; print(xb.backends_are_initialized())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_emulate_devices_too_late_is_a_clear_error():
+    code = ("import jax; jax.devices();"
+            "import diloco_lite as dl\n"
+            "try:\n    dl.emulate_devices(4)\nexcept RuntimeError as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PATH": "", "JAX_PLATFORMS": "cpu"})
+    assert "Restart the kernel" in out.stdout and "emulate_devices(4)" in out.stdout
+
+
+def test_emulate_devices_sets_the_count():
+    code = "import diloco_lite as dl; dl.emulate_devices(3); import jax; print(len(jax.devices()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PATH": "", "JAX_PLATFORMS": "cpu"})
+    assert out.stdout.strip() == "3"
