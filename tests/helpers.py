@@ -12,7 +12,8 @@ TINY = dl.ModelConfig(context=16, d_model=32, n_layers=1, n_heads=2, mlp_ratio=2
 
 
 def tiny_run(algorithm=None, **kw) -> dl.RunConfig:
-    base = dict(algorithm=algorithm if algorithm is not None else dl.DDP(), workers=8, steps=6, batch_size=2, seq_len=16, model=TINY,
+    algorithm = algorithm if algorithm is not None else dl.DDP()
+    base = dict(algorithm=algorithm, workers=8, steps=6, batch_size=2, seq_len=16, model=TINY,
                 inner_optimizer=optax.sgd(0.5), eval_every=3, eval_batches=1, seed=0)
     base.update(kw)
     return dl.RunConfig(**base)

@@ -5,8 +5,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from diloco_lite.outer import (default_outer_optimizer, fragments, mean_merge, outer_step,
-                               put_leaves, rda_merge, take_leaves, tree_norm)
+from diloco_lite.outer import (
+    default_outer_optimizer,
+    fragments,
+    mean_merge,
+    outer_step,
+    put_leaves,
+    rda_merge,
+    take_leaves,
+    tree_norm,
+)
 
 
 def test_outer_nesterov_matches_the_update_written_by_hand():
@@ -33,7 +41,8 @@ def test_rda_keeps_the_norm_that_plain_averaging_shrinks():
     assert mean_norm == pytest.approx(avg_norm / np.sqrt(m), rel=0.05)  # the 1/√M shrink
     assert rda_norm == pytest.approx(avg_norm, rel=1e-5)
     # direction: the same as the (normalised) mean for equal norms
-    cos = float(jnp.dot(rda_merge(deltas, w)["w"], mean_merge(deltas, w)["w"])) / (rda_norm * mean_norm)
+    dot = float(jnp.dot(rda_merge(deltas, w)["w"], mean_merge(deltas, w)["w"]))
+    cos = dot / (rda_norm * mean_norm)
     assert cos == pytest.approx(1.0, abs=1e-2)
 
 

@@ -1,11 +1,11 @@
-"""Packaging: environment.yml pins the same versions as pyproject.toml; import is side-effect free."""
+"""Packaging: environment.yml pins what pyproject.toml pins; importing starts no backend."""
 
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml  # noqa: F401  (pyyaml comes with jupytext)
 
 ROOT = Path(__file__).resolve().parents[1]
