@@ -1,0 +1,114 @@
+"""Figures of the bandwidth simulator (`diloco_lite.bandwidth`, `diloco_lite.bandwidth_report`).
+
+Each builder takes tidy data and returns an Altair chart; save it with
+`diloco_lite.plots.save(chart, name)`. `diloco_lite.bandwidth_report.reproduce_job` writes
+`figures/bandwidth_utilization`, `figures/bandwidth_required` and `figures/bandwidth_sensitivity`.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from . import PALETTE
+
+
+def utilization_chart(df: pd.DataFrame) -> alt.Chart:
+    """Compute utilization vs link bandwidth (log x), one line per method, one panel per model.
+
+    Columns: method, model, bandwidth_gbps, utilization.
+    """
+    line = (
+        alt.Chart(df)
+        .mark_line(strokeWidth=2)
+        .encode(
+            x=alt.X(
+                "bandwidth_gbps:Q", scale=alt.Scale(type="log"), title="link bandwidth (Gbit/s)"
+            ),
+            y=alt.Y(
+                "utilization:Q",
+                scale=alt.Scale(domain=[0, 1]),
+                title="compute utilization",
+                axis=alt.Axis(format="%"),
+            ),
+            color=_method_color(df),
+            tooltip=[
+                "method",
+                "model",
+                alt.Tooltip("bandwidth_gbps:Q", format=".3g"),
+                alt.Tooltip("utilization:Q", format=".1%"),
+            ],
+        )
+        .properties(width=230, height=200)
+    )
+    return line.facet(
+        column=alt.Column("model:N", title=None, sort=list(df.model.unique()))
+    ).properties(title="Compute utilization vs bandwidth (8 replicas)")
+
+
+def required_chart(df: pd.DataFrame) -> alt.Chart:
+    """Required bandwidth (log y) vs target utilization, one line per method, one panel per model.
+
+    Columns: method, model, target_utilization, required_gbps (inf rows are dropped).
+    """
+    df = df[np.isfinite(df.required_gbps) & (df.required_gbps > 0)]
+    base = alt.Chart(df).encode(
+        x=alt.X(
+            "target_utilization:Q",
+            title="target utilization",
+            axis=alt.Axis(format="%"),
+            scale=alt.Scale(domain=[0.45, 1.0]),
+        ),
+        y=alt.Y(
+            "required_gbps:Q", scale=alt.Scale(type="log"), title="required bandwidth (Gbit/s)"
+        ),
+        color=_method_color(df),
+        tooltip=[
+            "method",
+            "model",
+            alt.Tooltip("target_utilization:Q", format=".0%"),
+            alt.Tooltip("required_gbps:Q", format=".3g"),
+        ],
+    )
+    chart = (base.mark_line() + base.mark_point(filled=True)).properties(width=230, height=200)
+    return chart.facet(
+        column=alt.Column("model:N", title=None, sort=list(df.model.unique()))
+    ).properties(title="Bandwidth needed for a target utilization (8 replicas)")
+
+
+def sensitivity_chart(df: pd.DataFrame, published: dict) -> alt.Chart:
+    """Required bandwidth when one assumption changes at a time; the rule marks the published
+    figure. Columns: assumption, setting, is_default, method, required_gbps."""
+    df = df[np.isfinite(df.required_gbps)].assign(published=lambda d: d.method.map(published))
+    points = (
+        alt.Chart()
+        .mark_point(size=60)
+        .encode(
+            x=alt.X(
+                "required_gbps:Q",
+                scale=alt.Scale(type="log"),
+                title="required bandwidth (Gbit/s)",
+                axis=alt.Axis(labelOverlap="greedy", labelSeparation=6, format="~g"),
+            ),
+            y=alt.Y("setting:N", sort=list(df.setting.unique()), title=None),
+            color=_method_color(df),
+            fill=alt.condition("datum.is_default", alt.value("black"), alt.value("white")),
+            tooltip=["setting", "method", alt.Tooltip("required_gbps:Q", format=".3g")],
+        )
+    )
+    rule = alt.Chart().mark_rule(strokeDash=[4, 3], color="gray").encode(x="published:Q")
+    chart = alt.layer(points, rule, data=df).properties(width=260, height=14 * df.setting.nunique())
+    return (
+        chart.facet(column=alt.Column("method:N", title=None))
+        .resolve_scale(x="independent")
+        .properties(
+            title="Sensitivity, one assumption at a time (black: reconstruction, dashed: published)"
+        )
+    )
+
+
+def _method_color(df: pd.DataFrame) -> alt.Color:
+    methods = [m for m in PALETTE if m in set(df.method)]
+    scale = alt.Scale(domain=methods, range=[PALETTE[m] for m in methods])
+    return alt.Color("method:N", scale=scale, title="method")
