@@ -8,9 +8,12 @@ Two independent counts that the tests hold equal:
   A ring all-reduce moves 2(M−1)/M of this per worker on the wire; the bandwidth simulator
   applies that factor, the training history does not.
 - `collective_bytes(jitted_fn, *args)`: compiles the function and reads every collective op in
-  the optimized HLO text with the bytes of its operands (tuple-shaped, i.e. combined,
-  all-reduces are summed over their elements). An op inside a loop body is counted once, as
-  it appears in the program, not once per iteration.
+  the optimized HLO text with the bytes of its result shape (tuple-shaped, i.e. combined,
+  all-reduces are summed over their elements). For an all-reduce the result is exactly the
+  payload each device contributes; for an all-gather it is the gathered (M× larger) array and
+  for a reduce-scatter the scattered (M× smaller) one. An op inside a loop body is counted
+  once, as it appears in the program, not once per iteration. On CPU, XLA widens a bf16
+  all-reduce to f32, so the HLO check of byte accounting is made at 32 bits.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ _ARRAY_RE = re.compile(r"([a-z][a-z0-9]*)\[([0-9,]*)\]")
 @dataclasses.dataclass(frozen=True)
 class CollectiveOp:
     kind: str  # "all-reduce", "all-gather", ...
-    bytes: int  # operand bytes (summed over the tuple for combined ops)
+    bytes: int  # bytes of the op's result shape (summed over the tuple for combined ops)
     shape: str  # the HLO result shape text
 
 
@@ -66,7 +69,7 @@ def collectives_in_hlo(hlo_text: str) -> list[CollectiveOp]:
 
 def collective_bytes(jitted_fn, *args, **kwargs) -> dict[str, Any]:
     """Compile `jitted_fn(*args)` and return its collectives: `{"ops": [...], "by_kind": {...},
-    "total": int}`; `by_kind` maps e.g. "all-reduce" to its summed operand bytes."""
+    "total": int}`; `by_kind` maps e.g. "all-reduce" to its summed bytes."""
     hlo = jitted_fn.lower(*args, **kwargs).compile().as_text()
     ops = collectives_in_hlo(hlo)
     by_kind = Counter()
