@@ -3,7 +3,8 @@
 Public API (imported lazily, so `import diloco_lite` neither imports JAX eagerly nor
 initializes a backend; call `emulate_devices(n)` first in a fresh process):
 
-    emulate_devices, worker_mesh          devices
+    emulate_devices, worker_mesh,         devices
+    enable_compilation_cache
     load_corpus, Corpus                   data
     ModelConfig, RunConfig,               config
     DDP, DiLoCo, StreamingDiLoCo, DecoupledDiLoCo
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "emulate_devices": "devices",
     "worker_mesh": "devices",
+    "enable_compilation_cache": "devices",
     "load_corpus": "data",
     "Corpus": "data",
     "ModelConfig": "config",

@@ -29,7 +29,10 @@ class Block(nnx.Module):
         d, h = cfg.d_model, cfg.n_heads
         self.n_heads = h
         self.ln1 = nnx.LayerNorm(d, rngs=rngs)
-        self.qkv = nnx.Linear(d, 3 * d, rngs=rngs)
+        # No bias on q, k, v: a key bias adds the same constant to every score of a row, which
+        # the softmax ignores, so its gradient is exactly zero and AdamW would turn float
+        # rounding there into full-size steps. (Query/value biases are dropped with it.)
+        self.qkv = nnx.Linear(d, 3 * d, use_bias=False, rngs=rngs)
         self.proj = nnx.Linear(d, d, rngs=rngs)
         self.ln2 = nnx.LayerNorm(d, rngs=rngs)
         self.up = nnx.Linear(d, cfg.mlp_ratio * d, rngs=rngs)

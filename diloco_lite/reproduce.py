@@ -80,6 +80,10 @@ def reproduce(*, quick: bool = False, only: tuple[str, ...] = JOBS, figures_dir=
         check(job in JOBS, "only", job, f"a subset of {JOBS}")
     figures_dir = Path(figures_dir) if figures_dir else (
         plots.FIGURES_DIR / "quick" if quick else plots.FIGURES_DIR)
+    if "training" in only:
+        from .devices import enable_compilation_cache
+
+        enable_compilation_cache()  # a sweep recompiles the same programs: keep them on disk
     rows = []
     for job in only:
         start = time.perf_counter()

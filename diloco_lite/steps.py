@@ -36,7 +36,7 @@ def default_inner_optimizer(learning_rate: float, total_steps: int, warmup_steps
                             weight_decay: float = 0.1) -> optax.GradientTransformation:
     """AdamW with linear warm-up and cosine decay to 10% (DiLoCo's inner optimizer, §2).
 
-    The paper uses lr 4e-4 at 150M parameters; this ~0.2M-parameter character model trains
+    The paper uses lr 4e-4 at 150M parameters; this ~0.1M-parameter character model trains
     well at a larger lr (3e-3 by default, `RunConfig.learning_rate`).
     """
     warmup = min(warmup_steps, max(total_steps - 1, 0))

@@ -244,18 +244,18 @@ assert max_diff(p_lib, p_one) < 1e-5
 # ## 7. The bytes of one DDP step
 #
 # By hand: the step all-reduces the gradient, one float32 per parameter, plus the 4-byte loss:
-# 109,056 × 4 + 4 = **436,228 bytes** contributed by each worker, in one combined all-reduce.
+# 108,672 × 4 + 4 = **434,692 bytes** contributed by each worker, in one combined all-reduce.
 # The optimizer does not change this: it runs after the all-reduce, on a gradient every device
 # already holds (so AdamW's gradient clipping, used below, needs no extra communication).
 #
 # The training history books `M × payload` per step, the bytes all workers send:
-# 8 × 436,224 = 3,489,792 bytes per step. (A ring all-reduce moves 2(M−1)/M of the payload
+# 8 × 434,688 = 3,477,504 bytes per step. (A ring all-reduce moves 2(M−1)/M of the payload
 # per worker on the wire; the bandwidth simulator applies that factor.)
 
 # %%
 report = collective_bytes(library_step, p_lib, opt_state, batch_s)
 print([(op.kind, op.bytes) for op in report["ops"]])
-assert count_params(params) * 4 + 4 == payload_bytes(params) + 4 == 436_228
+assert count_params(params) * 4 + 4 == payload_bytes(params) + 4 == 434_692
 assert report["by_kind"] == {"all-reduce": payload_bytes(params) + 4}
 
 # %% [markdown]

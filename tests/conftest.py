@@ -12,8 +12,4 @@ diloco_lite.emulate_devices(8)
 # function with identical HLO skip XLA compilation (speed only; results are unaffected).
 import tempfile  # noqa: E402
 
-import jax  # noqa: E402
-
-jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="diloco_lite_jax_cache_"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+diloco_lite.enable_compilation_cache(tempfile.mkdtemp(prefix="diloco_lite_xla_"))

@@ -76,7 +76,7 @@ def test_model_shapes_and_parameter_count():
     assert params["embed"]["embedding"].shape == (80, d)
     assert params["pos"].shape == (cfg.context, d)
     assert params["block_0"]["qkv"]["kernel"].shape == (d, 3 * d)
-    per_block = (d * 3 * d + 3 * d) + (d * d + d) + (d * f + f) + (f * d + d) + 4 * d
+    per_block = (d * 3 * d) + (d * d + d) + (d * f + f) + (f * d + d) + 4 * d
     assert count_params(params) == 80 * d + cfg.context * d + per_block * cfg.n_layers + 2 * d
     logits = model.apply(params, jnp.zeros((3, 16), jnp.int32))
     assert logits.shape == (3, 16, 80)
