@@ -28,7 +28,7 @@ bench: $(STAMP)
 
 ## make notebooks-sync: regenerate every .ipynb (outputs stripped) from its .py source of truth
 notebooks-sync: $(STAMP)
-	$(VENV)/bin/jupytext --sync notebooks/*.py
+	$(VENV)/bin/jupytext --to ipynb notebooks/*.py
 
 clean:
 	rm -rf $(VENV) data/cache runs

@@ -55,3 +55,20 @@ def test_emulate_devices_sets_the_count():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PATH": "", "JAX_PLATFORMS": "cpu"})
     assert out.stdout.strip() == "3"
+
+
+def test_every_notebook_is_paired_and_committed_without_outputs():
+    import jupytext
+
+    sources = sorted((ROOT / "notebooks").glob("*.py"))
+    assert len(sources) >= 6
+    for py in sources:
+        ipynb = py.with_suffix(".ipynb")
+        assert ipynb.exists(), f"{ipynb.name} missing: run `make notebooks-sync`"
+        want = [(c.cell_type, c.source) for c in jupytext.read(py).cells]
+        have = jupytext.read(ipynb)
+        assert [(c.cell_type, c.source) for c in have.cells] == want, (
+            f"{ipynb.name} is stale: run `make notebooks-sync`")
+        assert all(not c.get("outputs") for c in have.cells if c.cell_type == "code")
+        first = have.cells[0].source
+        assert "colab.research.google.com" in first, f"{ipynb.name}: no Colab badge"
