@@ -28,7 +28,7 @@ import dataclasses
 
 import pandas as pd
 
-from .config import DDP, DiLoCo, ModelConfig, RunConfig, StreamingDiLoCo
+from .config import DDP, DiLoCo, ModelConfig, RunConfig, StreamingDiLoCo, check
 
 FULL_STEPS, QUICK_STEPS = 600, 40
 H_SWEEP = {False: (1, 10, 50, 200), True: (1, 4, 8, 20)}
@@ -196,8 +196,7 @@ def describe(cfg: RunConfig) -> str:
 
 
 def _check_group(group: str) -> None:
-    if group not in GROUPS:
-        raise ValueError(f"group={group!r} is invalid: must be one of {GROUPS}")
+    check(group in GROUPS, "group", group, f"one of {GROUPS}")
 
 
 def _configs(group: str, histories: dict[str, pd.DataFrame]) -> dict[str, RunConfig]:
