@@ -4,7 +4,8 @@
   gradient, so a *descent* step on it moves θ toward where the workers went;
 - `outer_step(...)`: one step of the outer optimizer on Δ (default Nesterov SGD, lr 0.7,
   momentum 0.9);
-- merges of several workers' Δ: `mean_merge`, `rda_merge` (Radial-Directional Averaging, §4);
+- merges of several workers' Δ: `mean_merge`, `rda_merge` (Radial-Directional Averaging, §4),
+  for Decoupled DiLoCo's syncer (its training driver is a later step; the merges are tested now);
 - `fragments(params, P, how)`: which tensors go in which of the P fragments (§3).
 """
 

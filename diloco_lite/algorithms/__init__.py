@@ -1,14 +1,18 @@
 """Algorithm drivers: each a thin wrapper around `steps.inner_step` (and `outer.*` at syncs).
 
-A driver turns an algorithm config into three pure pieces the training loop calls:
+A driver turns an algorithm config into the methods the training loop calls:
 
 - `init(params) -> state`: place the initial global parameters (and per-worker copies);
+- `place_batches(batches_NxMxBxL1)`: put a block's batches on the mesh in the driver's layout;
 - `block(step) -> int`: how many steps the next call advances (DDP: 1; DiLoCo: up to the
   next sync);
 - `advance(state, batches_NxMxBxL1, step) -> (state, info)`: run those steps; `info` holds
   `loss` (mean train loss), `bytes` (payload sent by all workers), `peak_step_bytes` and any
   diagnostics;
 - `global_params(state)`: the parameters to evaluate.
+
+The arrays live in `state`; the only host-side state is the schedule (DiLoCo's fragments in
+flight between a sync and its arrival τ steps later), which `init` resets.
 """
 
 from __future__ import annotations
