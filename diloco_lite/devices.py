@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 from .config import check, check_int
@@ -19,33 +20,62 @@ from .config import check, check_int
 AXIS = "workers"
 
 
-def _backends_initialized() -> bool:
-    from jax._src import xla_bridge
+# XLA's CPU collectives abort the whole process when a participant is late by 40 s, which a
+# busy 2-core laptop or Colab runtime reaches with 8 emulated devices. We raise both limits
+# (unless the user set them in XLA_FLAGS). The flags exist from jaxlib 0.8.0 on; an older XLA
+# rejects unknown flags fatally, so they are only set where they exist.
+COLLECTIVE_TIMEOUTS_SINCE = (0, 8, 0)
+COLLECTIVE_TIMEOUTS = {
+    "xla_cpu_collective_call_warn_stuck_timeout_seconds": 120,
+    "xla_cpu_collective_call_terminate_timeout_seconds": 1800,
+}
+DEVICES_ENV = "DILOCO_LITE_DEVICES"
 
-    probe = getattr(xla_bridge, "backends_are_initialized", None)
-    return bool(probe()) if probe is not None else bool(getattr(xla_bridge, "_backends", {}))
 
+def emulate_devices(n: int = 8) -> int:
+    """Make JAX's CPU backend expose `n` devices; returns the count in effect.
 
-def emulate_devices(n: int = 8) -> None:
-    """Make JAX's CPU backend expose `n` devices. Call it first, in a fresh process or kernel.
-
-    Idempotent: calling it again with the same `n` is fine. On a machine with an accelerator
-    the setting only affects the CPU backend; the worker mesh then uses the accelerator.
+    Call it first, in a fresh process or kernel: XLA fixes the CPU device count when its backend
+    starts. Idempotent: calling it again with the same `n` is fine. `$DILOCO_LITE_DEVICES`, when
+    set, overrides `n` (the single-device test lane sets it to 1: 8 workers then share one
+    device, as on a one-chip Colab GPU or TPU). It also raises XLA's CPU collective timeouts
+    (`COLLECTIVE_TIMEOUTS`) unless `XLA_FLAGS` already names them. On a machine with an
+    accelerator the setting only affects the CPU backend; the worker mesh uses the accelerator.
     """
     check_int("n", n, 1, 512)
+    if os.environ.get(DEVICES_ENV):
+        n = int(os.environ[DEVICES_ENV])
+        check_int(f"${DEVICES_ENV}", n, 1, 512)
+    _raise_collective_timeouts()
     import jax
 
-    if _backends_initialized():
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError:  # a backend already runs with another count
         have = len(jax.devices("cpu"))
-        if have == n:
-            return
-        raise RuntimeError(
-            f"emulate_devices({n}) came too late: a JAX backend is already running with {have} "
-            f"CPU device(s). Restart the kernel (or Python process) and call "
-            f"diloco_lite.emulate_devices({n}) before any other JAX work, including jax.devices()."
-        )
-    os.environ["JAX_NUM_CPU_DEVICES"] = str(n)
-    jax.config.update("jax_num_cpu_devices", n)
+        if have != n:
+            raise RuntimeError(
+                f"emulate_devices({n}) came too late: a JAX backend is already running with "
+                f"{have} CPU device(s). Restart the kernel (or Python process) and call "
+                f"diloco_lite.emulate_devices({n}) before any other JAX work, including "
+                f"jax.devices().") from None
+    os.environ["JAX_NUM_CPU_DEVICES"] = str(n)  # for subprocesses started from here
+    return n
+
+
+def _raise_collective_timeouts() -> None:
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("jaxlib")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    if tuple(int(x) for x in re.findall(r"\d+", version)[:3]) < COLLECTIVE_TIMEOUTS_SINCE:
+        return
+    flags = os.environ.get("XLA_FLAGS", "")
+    extra = [f"--{k}={v}" for k, v in COLLECTIVE_TIMEOUTS.items() if k not in flags]
+    if extra:
+        os.environ["XLA_FLAGS"] = " ".join([flags, *extra]).strip()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,10 +35,13 @@ def test_environment_yml_matches_pyproject():
 
 
 def test_import_does_not_start_a_backend():
-    code = ("import diloco_lite, diloco_lite.config, diloco_lite.devices;"
-            "from jax._src import xla_bridge as xb; print(xb.backends_are_initialized())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    """After importing every public module, the device count can still be chosen."""
+    code = ("import diloco_lite as dl, diloco_lite.config, diloco_lite.devices, jax;"
+            "[getattr(dl, name) for name in dl.__all__];"
+            "jax.config.update('jax_num_cpu_devices', 3); print(len(jax.devices()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PATH": "", "JAX_PLATFORMS": "cpu"})
+    assert out.stdout.strip() == "3"
 
 
 def test_emulate_devices_too_late_is_a_clear_error():
@@ -48,6 +51,33 @@ def test_emulate_devices_too_late_is_a_clear_error():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PATH": "", "JAX_PLATFORMS": "cpu"})
     assert "Restart the kernel" in out.stdout and "emulate_devices(4)" in out.stdout
+
+
+def test_emulate_devices_raises_the_collective_timeouts_unless_set():
+    code = ("import os, diloco_lite as dl; dl.emulate_devices(2); import jax; jax.devices();"
+            "print(os.environ['XLA_FLAGS'])")
+    run = lambda env: subprocess.run([sys.executable, "-c", code], capture_output=True,  # noqa
+                                     text=True, check=True, env={"PATH": "", **env}).stdout
+    flags = run({"JAX_PLATFORMS": "cpu"})
+    for name, seconds in dl_devices().COLLECTIVE_TIMEOUTS.items():
+        assert f"--{name}={seconds}" in flags
+    mine = "--xla_cpu_collective_call_terminate_timeout_seconds=7"
+    flags = run({"JAX_PLATFORMS": "cpu", "XLA_FLAGS": mine})
+    assert mine in flags and "terminate_timeout_seconds=1800" not in flags
+    assert "warn_stuck_timeout_seconds=120" in flags
+
+
+def test_device_count_switch_overrides_the_argument():
+    code = "import diloco_lite as dl; dl.emulate_devices(8); import jax; print(len(jax.devices()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PATH": "", "JAX_PLATFORMS": "cpu", "DILOCO_LITE_DEVICES": "1"})
+    assert out.stdout.strip() == "1"
+
+
+def dl_devices():
+    from diloco_lite import devices
+
+    return devices
 
 
 def test_emulate_devices_sets_the_count():
