@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-ALLOWED_BITS = (32, 16, 8, 4)
+ALLOWED_BITS = (32, 16, 8, 4, 2)
 SPLITS = ("iid", "by_genre")
 FRAGMENTATIONS = ("balanced", "layers")
 
