@@ -67,7 +67,7 @@ def bench(config=None) -> dict:
     """Run every measurement and print a report; returns the numbers."""
     import jax
 
-    from . import bandwidth
+    from .systems import bandwidth
     from .algorithms.ddp import DDPDriver
     from .algorithms.diloco import DiLoCoDriver
     from .config import DiLoCo, RunConfig

@@ -1,19 +1,17 @@
-"""Counting bytes: what we *account* per sync, and what the compiled program *does*.
+"""Reading the bytes a compiled program moves: `collective_bytes(jitted_fn, *args)`.
 
-Two independent counts that the tests hold equal:
+What the methods *book* comes from the one wire format (`wire.WireFormat(bits).nbytes`): every
+value at b bits (packed, row padding included) plus one fp32 scale per row for b ≤ 8. The tests
+hold that booking equal to what this module reads in the optimized HLO:
 
-- `payload_bytes(tree, bits)`: the payload one worker contributes to one sync — every value at
-  `bits` bits, plus one fp32 scale per quantization row when `bits < 32` (see `quantize.py`).
-  Run histories book `workers × payload` per sync as `comm_bytes` (bytes sent by all workers).
-  A ring all-reduce moves 2(M−1)/M of this per worker on the wire; the bandwidth simulator
-  applies that factor, the training history does not.
-- `collective_bytes(jitted_fn, *args)`: compiles the function and reads every collective op in
-  the optimized HLO text with the bytes of its result shape (tuple-shaped, i.e. combined,
-  all-reduces are summed over their elements). For an all-reduce the result is exactly the
-  payload each device contributes; for an all-gather it is the gathered (M× larger) array and
-  for a reduce-scatter the scattered (M× smaller) one. An op inside a loop body is counted
-  once, as it appears in the program, not once per iteration. On CPU, XLA widens a bf16
-  all-reduce to f32, so the HLO check of byte accounting is made at 32 bits.
+- `collective_bytes(jitted_fn, *args)` compiles the function and reads every collective op with
+  the bytes of its result shape (tuple-shaped, i.e. combined, ops are summed over their
+  elements). For an all-reduce the result is exactly the payload each device contributes; for an
+  all-gather it is the gathered array: every device's payload (the learner methods' sync
+  all-gathers the b-bit payloads, so its result is what all the learners sent: `comm_bytes`).
+  An op inside a loop body is counted once, as it appears in the program.
+- A ring all-reduce moves 2(M−1)/M of the payload per worker on the wire; the bandwidth
+  simulator applies that factor, the training history (bytes sent) does not.
 """
 
 from __future__ import annotations
@@ -22,8 +20,6 @@ import dataclasses
 import re
 from collections import Counter
 from typing import Any
-
-from .config import ALLOWED_BITS, check
 
 _DTYPE_BYTES = {
     "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
@@ -76,16 +72,3 @@ def collective_bytes(jitted_fn, *args, **kwargs) -> dict[str, Any]:
     for op in ops:
         by_kind[op.kind] += op.bytes
     return {"ops": ops, "by_kind": dict(by_kind), "total": sum(by_kind.values())}
-
-
-def payload_bytes(tree: Any, bits: int = 32) -> int:
-    """Bytes one worker sends to sync `tree` at `bits` bits per value (scales included)."""
-    import jax
-
-    from .quantize import scale_count
-
-    check(bits in ALLOWED_BITS, "bits", bits, f"one of {ALLOWED_BITS}")
-    leaves = jax.tree.leaves(tree)
-    values = sum(int(x.size) for x in leaves)
-    scales = sum(scale_count(x.shape) for x in leaves) if bits < 32 else 0
-    return values * bits // 8 + 4 * scales

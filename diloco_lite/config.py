@@ -7,7 +7,7 @@ Math symbol -> field (ALGORITHMS.md):
 
 | symbol | meaning                          | field                                  |
 |--------|----------------------------------|----------------------------------------|
-| M      | workers / learners               | `RunConfig.workers`, `DecoupledDiLoCo.learners` |
+| M      | workers / learners               | `RunConfig.workers`                    |
 | H      | inner steps between syncs        | `inner_steps`                          |
 | P      | fragments                        | `fragments`                            |
 | tau    | overlap, in inner steps          | `overlap`                              |
@@ -91,9 +91,15 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DDP:
-    """Data-parallel training: one all-reduce of the full gradient every step (ALGORITHMS.md §1)."""
+    """Data-parallel training: one all-reduce of the full gradient every step (ALGORITHMS.md §1).
 
+    `elastic`: when a worker fails, go on without it instead of stopping the job (`clock`)."""
+
+    elastic: bool = False
     name = "ddp"
+
+    def __post_init__(self):
+        _check_bool("DDP.elastic", self.elastic)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +111,12 @@ class DiLoCo:
 
     inner_steps: int = 50
     outer_optimizer: Any = None
+    elastic: bool = False
     name = "diloco"
 
     def __post_init__(self):
         check_int("DiLoCo.inner_steps", self.inner_steps, 1)
+        _check_bool("DiLoCo.elastic", self.elastic)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,9 +130,11 @@ class StreamingDiLoCo:
     bits: int = 4
     fragmentation: str = "balanced"
     outer_optimizer: Any = None
+    elastic: bool = False
     name = "streaming_diloco"
 
     def __post_init__(self):
+        _check_bool("StreamingDiLoCo.elastic", self.elastic)
         check_int("StreamingDiLoCo.inner_steps", self.inner_steps, 1)
         check_int("StreamingDiLoCo.fragments", self.fragments, 1)
         check_int("StreamingDiLoCo.overlap", self.overlap, 0, self.inner_steps - 1)
@@ -140,21 +150,26 @@ class StreamingDiLoCo:
 
 @dataclasses.dataclass(frozen=True)
 class DecoupledDiLoCo:
-    """Asynchronous learners and a central syncer with a quorum (§4).
+    """Asynchronous learners and a central syncer per fragment (§4, `clock.syncer`).
 
-    Paper defaults (second-hand): P=24, H=24, tau=2, K=1, int4 outer gradients.
-    `grace_safety` scales the adaptive grace window (0 disables it); `merge` is "rda" or "mean".
+    The learners are `RunConfig.workers`. Paper defaults (second-hand): P=24, H=24, tau=2,
+    K=1, int4 outer gradients. `quorum` is K; `grace_safety` scales the adaptive grace window
+    (0 disables it); `merge` is "rda" (Radial-Directional Averaging; embeddings by the weighted
+    mean) or "mean" (the ablation). `bits` is the learners' upload; `down_bits` the syncer's
+    reply, the outer update of the fragment (32: exact; fewer bits: the syncer applies the same
+    rounded update to its own copy, so every copy stays equal).
     """
 
     inner_steps: int = 24
     fragments: int = 24
     overlap: int = 2
     bits: int = 4
-    learners: int = 8
+    down_bits: int = 32
     quorum: int = 1
     mix: float = 0.0
     grace_safety: float = 0.5
     merge: str = "rda"
+    fragmentation: str = "balanced"
     outer_optimizer: Any = None
     name = "decoupled_diloco"
 
@@ -163,13 +178,15 @@ class DecoupledDiLoCo:
         check_int("DecoupledDiLoCo.fragments", self.fragments, 1)
         check_int("DecoupledDiLoCo.overlap", self.overlap, 0, self.inner_steps - 1)
         _check_bits("DecoupledDiLoCo.bits", self.bits)
-        check_int("DecoupledDiLoCo.learners", self.learners, 1)
-        check_int("DecoupledDiLoCo.quorum", self.quorum, 1, self.learners)
+        _check_bits("DecoupledDiLoCo.down_bits", self.down_bits)
+        check_int("DecoupledDiLoCo.quorum", self.quorum, 1)
         _check_mix("DecoupledDiLoCo.mix", self.mix)
         gs = self.grace_safety
         ok = isinstance(gs, (int, float)) and not isinstance(gs, bool) and 0 <= gs <= 1
         check(ok, "DecoupledDiLoCo.grace_safety", gs, "a number in [0, 1]")
         check(self.merge in ("rda", "mean"), "DecoupledDiLoCo.merge", self.merge, "'rda' or 'mean'")
+        check(self.fragmentation in FRAGMENTATIONS, "DecoupledDiLoCo.fragmentation",
+              self.fragmentation, f"one of {FRAGMENTATIONS}")
 
 
 Algorithm = DDP | DiLoCo | StreamingDiLoCo | DecoupledDiLoCo
@@ -178,6 +195,10 @@ Algorithm = DDP | DiLoCo | StreamingDiLoCo | DecoupledDiLoCo
 def _check_bits(field: str, bits: Any) -> None:
     ok = bits in ALLOWED_BITS and not isinstance(bits, bool)
     check(ok, field, bits, f"one of {ALLOWED_BITS}")
+
+
+def _check_bool(field: str, value: Any) -> None:
+    check(isinstance(value, bool), field, value, "True or False")
 
 
 def _check_mix(field: str, mix: Any) -> None:
@@ -197,6 +218,8 @@ class RunConfig:
     `inner_optimizer=None` means AdamW with linear warm-up and cosine decay
     (`steps.default_inner_optimizer`, peak `learning_rate`, `warmup_steps`).
     `eval_every=None` evaluates about 20 times per run (and always at the last step).
+    `cluster` (a `clock.Cluster`): step times, link and failures on the simulated clock;
+    None means one second per step for every worker and a free link.
     """
 
     algorithm: Any = dataclasses.field(default_factory=DDP)
@@ -213,6 +236,7 @@ class RunConfig:
     eval_every: int | None = None
     eval_batches: int = 8
     seed: int = 0
+    cluster: Any = None
 
     def __post_init__(self):
         check(
@@ -234,6 +258,16 @@ class RunConfig:
             check_int("RunConfig.eval_every", self.eval_every, 1)
         check_int("RunConfig.eval_batches", self.eval_batches, 1)
         check_int("RunConfig.seed", self.seed, 0)
+        if isinstance(self.algorithm, DecoupledDiLoCo):
+            k = self.algorithm.quorum
+            check(k <= self.workers, "DecoupledDiLoCo.quorum", k,
+                  f"an integer in [1, {self.workers}] (K <= M = RunConfig.workers)")
+        if self.cluster is not None:
+            from .clock import Cluster
+
+            check(isinstance(self.cluster, Cluster), "RunConfig.cluster", self.cluster,
+                  "a diloco_lite.Cluster or None")
+            self.cluster.check_learners(self.workers)
 
     @property
     def global_batch(self) -> int:

@@ -90,11 +90,11 @@ def reproduce(*, quick: bool = False, only: tuple[str, ...] = JOBS, figures_dir=
         if job == "training":
             rows += training_job(figures_dir, quick, progress)
         elif job == "bandwidth":
-            from . import bandwidth_report
+            from .systems import bandwidth_report
 
             rows += bandwidth_report.reproduce_job(figures_dir, quick)
         else:
-            from . import goodput_report
+            from .systems import goodput_report
 
             rows += goodput_report.reproduce_job(figures_dir, quick)
         print(f"[reproduce] {job} done in {time.perf_counter() - start:.0f} s", flush=True)

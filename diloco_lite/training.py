@@ -28,6 +28,8 @@ class RunResult:
     history: pd.DataFrame
     params: Any
     n_params: int
+    fragments: pd.DataFrame | None = None  # per fragment: up_bytes, down_bytes, syncs
+    counters: dict | None = None  # the plan's totals: processed, useful, lost steps, bytes, ...
 
     @property
     def final(self) -> pd.Series:
@@ -80,74 +82,134 @@ def eval_points(config: RunConfig) -> list[int]:
 
 
 def train(config: RunConfig, *, progress: bool = True) -> RunResult:
-    """Run `config` and return its history and final parameters (deterministic given seed)."""
+    """Run `config` and return its history and final parameters (deterministic given seed).
+
+    The clock and schedule are planned first (`clock.plan.make_plan`); the loop then runs the
+    plan's blocks on the device and writes a history row at every evaluation point."""
     import jax
 
     from .algorithms import make_driver
+    from .clock.plan import make_plan
     from .model import count_params
 
     check(isinstance(config, RunConfig), "config", type(config).__name__, "a RunConfig")
     corpus, model, mesh, optimizer = setup(config)
-    driver = make_driver(config, model, mesh, optimizer)
-    state = driver.init(model.init(config.seed))
+    params = model.init(config.seed)
+    driver = make_driver(config, model, mesh, optimizer, params)
+    plan = make_plan(config, up_nbytes=driver.up_nbytes, down_nbytes=driver.down_nbytes,
+                     sizes=driver.sizes, rejoin_nbytes=driver.rejoin_nbytes,
+                     eval_at=eval_points(config))
+    state = driver.init(params)
     evaluate = make_evaluator(model, corpus, config)
-    n_params = count_params(driver.global_params(state))
+    n_params = count_params(params)
 
-    rows, pending, start = [], [], time.perf_counter()
-    comm_bytes = peak = 0
-    evals = iter(eval_points(config))
-    next_eval = next(evals)
+    rows, losses, diags, start = [], [], [], time.perf_counter()
+    done = np.zeros(config.workers, int)
     bar = _progress(config, progress)
-    step = 0
-    while step < config.steps:
-        n = min(driver.block(step), config.steps - step)
-        batches = np.stack([
-            corpus.batch(t, seed=config.seed, workers=config.workers,
-                         batch_size=config.batch_size, seq_len=config.seq_len, split=config.split)
-            for t in range(step, step + n)
-        ])
-        state, info = driver.advance(state, driver.place_batches(batches), step)
-        step += n
-        comm_bytes += info.pop("bytes")
-        peak = max(peak, info.pop("peak_step_bytes"))
-        pending.append(info)
-        bar.update(n)
-        if step >= next_eval:
+    for block in plan.blocks:
+        batches, mask = _block_batches(corpus, config, block)
+        state, block_losses, block_diags = driver.run(state, block, batches, mask)
+        if block_losses is not None:
+            losses.append((block_losses, block.steps))
+        diags += block_diags
+        done += block.steps
+        bar.update(done.sum() / config.workers - bar.n)
+        if block.events and block.events[-1].kind == "eval":
             val_loss, val_acc = evaluate(driver.global_params(state))
-            row = _collect(pending)
-            row.update(step=step, tokens=step * config.tokens_per_step, val_loss=val_loss,
-                       val_accuracy=val_acc, comm_bytes=comm_bytes, peak_step_bytes=peak,
-                       wall_time_s=time.perf_counter() - start)
-            rows.append(row)
-            pending = []
-            bar.set_postfix(train=f"{row['train_loss']:.3f}", val=f"{val_loss:.3f}",
-                            acc=f"{val_acc:.3f}")
-            next_eval = next(evals, config.steps + 1)
+            rows.append({**block.events[-1].stats, "val_loss": val_loss, "val_accuracy": val_acc,
+                         "wall_time_s": time.perf_counter() - start, "diags": diags})
+            diags = []
+            bar.set_postfix(val=f"{val_loss:.3f}", acc=f"{val_acc:.3f}")
     bar.close()
-    columns = ["step", "tokens", "train_loss", "val_loss", "val_accuracy", "comm_bytes",
-               "peak_step_bytes", "wall_time_s"]
-    history = pd.DataFrame(rows)
-    history = history[columns + [c for c in history.columns if c not in columns]]
+    history = _history(rows, losses, plan)
     params = jax.device_get(driver.global_params(state))
-    return RunResult(config=config, history=history, params=params, n_params=n_params)
+    fragments = pd.DataFrame(plan.fragments).rename_axis("fragment").reset_index()
+    return RunResult(config=config, history=history, params=params, n_params=n_params,
+                     fragments=fragments, counters=plan.final)
 
 
-def _collect(infos: list[dict]) -> dict:
-    """Mean of every numeric diagnostic over the steps since the last row (NaN when absent)."""
+COLUMNS = ["step", "tokens", "sim_time_s", "train_loss", "val_loss", "val_accuracy",
+           "comm_bytes", "down_bytes", "peak_step_bytes", "peak_gbps", "outer_steps",
+           "syncer_wait_s", "goodput", "learner_steps", "lost_steps", "wall_time_s"]
+
+
+def _block_batches(corpus, config: RunConfig, block):
+    """[M, N, B, L+1] batches of a block (learner m's own data indices from `first[m]`) and the
+    [M, N] mask of the steps each learner really takes; unused slots hold zeros."""
+    m, n = config.workers, int(block.steps.max(initial=0))
+    batches = np.zeros((m, n, config.batch_size, config.seq_len + 1), np.int32)
+    mask = np.zeros((m, n), bool)
+    cache = {}
+    for w in np.flatnonzero(block.steps):
+        for j in range(block.steps[w]):
+            k = int(block.first[w]) + j
+            if k not in cache:
+                cache[k] = corpus.batch(k, seed=config.seed, workers=m,
+                                        batch_size=config.batch_size, seq_len=config.seq_len,
+                                        split=config.split)
+            batches[w, j] = cache[k][w]
+            mask[w, j] = True
+    return batches, mask
+
+
+def _history(rows: list[dict], losses: list[tuple], plan) -> pd.DataFrame:
+    """One row per evaluation. `train_loss`: the mean over every learner-step that finished since
+    the previous row (on the simulated clock); `pseudo_grad_norm`: ‖Δ‖ of the whole model, from
+    each fragment's latest merge; `worker_drift`: the root mean ‖Δ_m‖² over learners, likewise;
+    `pseudo_grad_cosine`: the mean pairwise cosine of the Δ_m over the merges since the row
+    before (the end-of-run flush is left out of all three)."""
     import jax
 
-    infos = jax.device_get(infos)
-    keys = {k for info in infos for k in info}
-    out = {}
-    for k in sorted(keys):
-        values = [float(np.mean(info[k])) for info in infos if k in info]
-        out["train_loss" if k == "loss" else k] = float(np.mean(values)) if values else np.nan
-    return out
+    per_learner = [[] for _ in plan.step_time]
+    for block_losses, steps in losses:
+        block_losses = np.asarray(jax.device_get(block_losses))
+        for m in np.flatnonzero(steps):
+            per_learner[m].append(block_losses[m, : steps[m]])
+    times = np.concatenate([np.asarray(t, float) for t in plan.step_time])
+    values = np.concatenate([np.concatenate(x) if x else np.zeros(0) for x in per_learner])
+    latest: dict[int, np.ndarray] = {}
+    out, previous = [], -np.inf
+    for row in rows:
+        row = dict(row)
+        inside = (times > previous) & (times <= row["sim_time_s"])
+        row["train_loss"] = float(values[inside].mean()) if inside.any() else np.nan
+        previous = row["sim_time_s"]
+        cosines = []
+        for p, flush, diag in row.pop("diags"):
+            if not flush:
+                latest[p] = np.asarray(jax.device_get(diag))
+                cosines.append(latest[p][1])
+        if latest:
+            total = np.sum(list(latest.values()), axis=0)
+            row.update(pseudo_grad_norm=float(np.sqrt(total[0])),
+                       pseudo_grad_cosine=float(np.mean(cosines)) if cosines else np.nan,
+                       worker_drift=float(np.sqrt(total[2])))
+        out.append(row)
+    history = pd.DataFrame(out)
+    return history[COLUMNS + [c for c in history.columns if c not in COLUMNS]]
 
 
 def _progress(config: RunConfig, enabled: bool):
     from tqdm.auto import tqdm
 
-    name = type(config.algorithm).__name__
-    return tqdm(total=config.steps, desc=f"{name} M={config.workers}", disable=not enabled,
-                unit="step", leave=True)
+    bar = "{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}{postfix}]"
+    return tqdm(total=config.steps, desc=run_label(config), disable=not enabled, unit="step",
+                leave=True, bar_format=bar)
+
+
+def run_label(config: RunConfig) -> str:
+    """A short name for a run, e.g. `DiLoCo H=50 M=8` or `Streaming P=4 τ=1 α=0.5 4-bit M=8`."""
+    a = config.algorithm
+    if a.name == "ddp":
+        parts = ["DDP"]
+    elif a.name == "diloco":
+        parts = ["DiLoCo", f"H={a.inner_steps}"]
+    else:
+        parts = ["Streaming" if a.name == "streaming_diloco" else "Decoupled",
+                 f"H={a.inner_steps}", f"P={a.fragments}", f"τ={a.overlap}"]
+        parts += [f"α={a.mix:g}"] if a.mix else []
+        parts += [f"{a.bits}-bit"]
+        if a.name == "decoupled_diloco":
+            parts += [f"K={a.quorum}", a.merge.upper() if a.merge == "rda" else "mean"]
+    parts += ["elastic"] if getattr(a, "elastic", False) else []
+    return " ".join(parts + [f"M={config.workers}"])

@@ -46,8 +46,8 @@ import os
 import pandas as pd
 from IPython.display import display
 
-from diloco_lite import bandwidth as bw
-from diloco_lite import bandwidth_report as report
+from diloco_lite.systems import bandwidth as bw
+from diloco_lite.systems import bandwidth_report as report
 from diloco_lite import plots
 from diloco_lite.plots import bandwidth as bplots
 

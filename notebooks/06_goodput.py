@@ -47,8 +47,8 @@ import os
 
 import pandas as pd
 
-from diloco_lite import goodput as gp
-from diloco_lite import goodput_report as report
+from diloco_lite.systems import goodput as gp
+from diloco_lite.systems import goodput_report as report
 from diloco_lite.plots import goodput as gplots
 from diloco_lite.plots import save
 

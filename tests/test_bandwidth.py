@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diloco_lite import bandwidth as bw
-from diloco_lite import bandwidth_report as report
+from diloco_lite.systems import bandwidth as bw
+from diloco_lite.systems import bandwidth_report as report
 from diloco_lite.config import DDP, DecoupledDiLoCo, DiLoCo, StreamingDiLoCo
 
 N, T = 1e10, 1.6  # 10B parameters, 1.6 s per step
@@ -124,11 +124,19 @@ def test_streaming_fragments_lower_the_peak_p_times():
 
 
 def test_four_bits_need_four_times_less_than_sixteen():
-    for cls in (StreamingDiLoCo, DecoupledDiLoCo):
-        b4 = required(cls(bits=4), 0.9)
-        b16 = required(cls(bits=16), 0.9)
+    for make in (StreamingDiLoCo, lambda bits: DecoupledDiLoCo(bits=bits, down_bits=bits)):
+        b4 = required(make(bits=4), 0.9)
+        b16 = required(make(bits=16), 0.9)
         assert b16 / b4 == pytest.approx(4, rel=2 * RES)
-        assert util(cls(bits=4), 0.3) == pytest.approx(util(cls(bits=16), 1.2), rel=1e-12)
+        assert util(make(bits=4), 0.3) == pytest.approx(util(make(bits=16), 1.2), rel=1e-12)
+
+
+def test_decoupled_reply_shares_the_link_the_busier_direction_counts():
+    up4 = DecoupledDiLoCo(bits=4, down_bits=4)
+    assert required(DecoupledDiLoCo(bits=4, down_bits=32), 0.9) == pytest.approx(
+        8 * required(up4, 0.9), rel=2 * RES)
+    assert required(DecoupledDiLoCo(bits=16, down_bits=4), 0.9) == pytest.approx(
+        4 * required(up4, 0.9), rel=2 * RES)
     assert required(DDP(), 0.8, grad_bits=32) / required(DDP(), 0.8) == pytest.approx(
         2, rel=2 * RES
     )
@@ -209,10 +217,13 @@ def reference_utilization(alg, n, t, b_gbps, replicas, grad_bits, latency, bucke
         period, due, bits, tau = alg.inner_steps, {alg.inner_steps - 1: 1.0}, grad_bits * ring, 0
     else:
         period, tau = alg.inner_steps, alg.overlap
-        bits = alg.bits * (1.0 if isinstance(alg, DecoupledDiLoCo) else ring)
+        if isinstance(alg, DecoupledDiLoCo):
+            bits = max(alg.bits, alg.down_bits)  # up and down on one full-duplex link
+        else:
+            bits = alg.bits * ring
         due = {}
-        for p in range(alg.fragments):
-            o = p * period // alg.fragments
+        for p in range(alg.fragments):  # fragment p goes after step (p+1)·H/P, 1-based
+            o = ((p + 1) * period // alg.fragments - 1) % period
             due[o] = due.get(o, 0.0) + 1 / alg.fragments
     periods = max(2, -(-steps // period))
     measured = periods // 2

@@ -41,7 +41,10 @@ def test_run_config_rejects_bad_values(kwargs, field):
     (lambda: dl.StreamingDiLoCo(mix=-0.1), "StreamingDiLoCo.mix"),
     (lambda: dl.StreamingDiLoCo(bits=3), "StreamingDiLoCo.bits"),
     (lambda: dl.StreamingDiLoCo(fragmentation="random"), "StreamingDiLoCo.fragmentation"),
-    (lambda: dl.DecoupledDiLoCo(learners=4, quorum=5), "DecoupledDiLoCo.quorum"),
+    (lambda: dl.DecoupledDiLoCo(quorum=0), "DecoupledDiLoCo.quorum"),
+    (lambda: dl.DecoupledDiLoCo(bits=3), "DecoupledDiLoCo.bits"),
+    (lambda: dl.DecoupledDiLoCo(down_bits=1), "DecoupledDiLoCo.down_bits"),
+    (lambda: dl.DiLoCo(elastic=1), "DiLoCo.elastic"),
     (lambda: dl.ModelConfig(d_model=30, n_heads=4), "ModelConfig.n_heads"),
 ])
 def test_algorithm_configs_reject_bad_values(make, field):

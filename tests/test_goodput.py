@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from diloco_lite import goodput_closed as cf
-from diloco_lite.goodput import (
+from diloco_lite.systems import goodput_closed as cf
+from diloco_lite.systems.goodput import (
     BUCKETS,
     SCHEMES,
     ChaosConfig,

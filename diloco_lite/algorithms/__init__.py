@@ -1,39 +1,30 @@
-"""Algorithm drivers: each a thin wrapper around `steps.inner_step` (and `outer.*` at syncs).
+"""Algorithm drivers: each runs a plan's blocks (`clock.plan`) on the worker mesh.
 
-A driver turns an algorithm config into the methods the training loop calls:
+A driver turns an algorithm config into what the training loop calls:
 
-- `init(params) -> state`: place the initial global parameters (and per-worker copies);
-- `place_batches(batches_NxMxBxL1)`: put a block's batches on the mesh in the driver's layout;
-- `block(step) -> int`: how many steps the next call advances (DDP: 1; DiLoCo: up to the
-  next sync);
-- `advance(state, batches_NxMxBxL1, step) -> (state, info)`: run those steps; `info` holds
-  `loss` (mean train loss), `bytes` (payload sent by all workers), `peak_step_bytes` and any
-  diagnostics;
-- `global_params(state)`: the parameters to evaluate.
+- `init(params) -> state`: place the initial global parameters (and per-learner copies);
+- `run(state, block, batches_MxNxBxL1, mask_MxN) -> (state, losses_MxN, diagnostics)`: each
+  learner's inner steps of the block, then its events;
+- `global_params(state)`: the parameters to evaluate;
+- `up_nbytes`, `down_nbytes`, `sizes`, `rejoin_nbytes`: what the plan books per fragment.
 
-The arrays live in `state`; the only host-side state is the schedule (DiLoCo's fragments in
-flight between a sync and its arrival τ steps later), which `init` resets.
+All arrays live in `state`, a plain pytree; the host holds only the plan (the schedule).
 """
 
 from __future__ import annotations
 
-from ..config import DDP, DecoupledDiLoCo, DiLoCo, StreamingDiLoCo
+from ..config import DDP, DecoupledDiLoCo, DiLoCo, StreamingDiLoCo, check
 
 
-def make_driver(config, model, mesh, optimizer):
-    """The driver for `config.algorithm` on `mesh`."""
+def make_driver(config, model, mesh, optimizer, params):
+    """The driver for `config.algorithm` on `mesh` (`params`: the initial parameters)."""
     algo = config.algorithm
     if isinstance(algo, DDP):
         from .ddp import DDPDriver
 
-        return DDPDriver(model, mesh, optimizer)
-    if isinstance(algo, (DiLoCo, StreamingDiLoCo)):
-        from .diloco import DiLoCoDriver
+        return DDPDriver(model, mesh, optimizer, params)
+    check(isinstance(algo, (DiLoCo, StreamingDiLoCo, DecoupledDiLoCo)), "RunConfig.algorithm",
+          algo, "an instance of DDP, DiLoCo, StreamingDiLoCo or DecoupledDiLoCo")
+    from .learners import LearnersDriver
 
-        return DiLoCoDriver(algo, model, mesh, optimizer, total_steps=config.steps)
-    if isinstance(algo, DecoupledDiLoCo):
-        raise NotImplementedError(
-            "DecoupledDiLoCo training is not implemented yet; its config already drives the "
-            "bandwidth and goodput simulators (diloco_lite.bandwidth, diloco_lite.goodput)."
-        )
-    raise TypeError(f"unknown algorithm {algo!r}")
+    return LearnersDriver(config, model, mesh, optimizer, params)

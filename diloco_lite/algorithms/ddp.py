@@ -16,54 +16,65 @@ parameter over the axis, so the result is M times the true gradient. Notebook 01
 
 from __future__ import annotations
 
-import functools
-
 import jax
+import jax.numpy as jnp
+import numpy as np
 
-from ..comm import payload_bytes
 from ..devices import AXIS
 from ..steps import inner_step
+from ..wire import WireFormat
 
 
 def ddp_step_fn(model, mesh, optimizer):
-    """Jitted `step(params, opt_state, batch_MxBxL1) -> (params, opt_state, loss)`."""
+    """Jitted `step(params, opt_state, batch_MxBxL1, share_M) -> (params, opt_state, loss)`.
 
-    def local_loss(params, batch_mxBxL1):
-        return model.loss(params, batch_mxBxL1.reshape(-1, batch_mxBxL1.shape[-1]))
+    `share_M` weighs each worker's loss: M·w_m / Σw (all ones when every worker is up; 0 for
+    a worker that is down, so elastic DDP averages over the others)."""
+
+    def local_loss(params, batch_and_share):
+        batch_mxBxL1, share_m = batch_and_share
+        loss_m = jax.vmap(model.loss, in_axes=(None, 0))(params, batch_mxBxL1)
+        return jnp.mean(share_m * loss_m)
 
     def all_reduce(loss, grads):  # the one collective of a DDP step
         return jax.lax.pmean((loss, grads), AXIS)
 
-    local_step = functools.partial(inner_step, local_loss, optimizer, reduce=all_reduce)
+    def local_step(params, opt_state, batch_mxBxL1, share_m):
+        return inner_step(local_loss, optimizer, params, opt_state, (batch_mxBxL1, share_m),
+                          reduce=all_reduce)
+
     sharded = jax.shard_map(local_step, mesh=mesh.mesh,
-                            in_specs=(jax.P(), jax.P(), jax.P(AXIS)),
+                            in_specs=(jax.P(), jax.P(), jax.P(AXIS), jax.P(AXIS)),
                             out_specs=(jax.P(), jax.P(), jax.P()), check_vma=False)
-    return jax.jit(sharded)
+    return jax.jit(sharded, donate_argnums=(0, 1))
 
 
 class DDPDriver:
-    def __init__(self, model, mesh, optimizer):
+    """Runs a DDP plan: every block is one step, whose `close` event carries the weights."""
+
+    def __init__(self, model, mesh, optimizer, params):
         self.mesh, self.optimizer = mesh, optimizer
         self.step_fn = ddp_step_fn(model, mesh, optimizer)
-        self.bytes_per_step = None
+        self.up_nbytes = [WireFormat(32).tree_nbytes(params)]  # one fp32 gradient per worker
+        self.down_nbytes = [0]
+        self.sizes = [sum(x.size for x in jax.tree.leaves(params))]
+        self.rejoin_nbytes = 0  # parameters and optimizer state are replicated already
 
     def init(self, params):
         params = jax.device_put(params, self.mesh.sharding())
-        self.bytes_per_step = self.mesh.workers * payload_bytes(params, 32)
         return params, jax.device_put(self.optimizer.init(params), self.mesh.sharding())
-
-    def block(self, step: int) -> int:
-        return 1
-
-    def place_batches(self, batches_NxMxBxL1):
-        return jax.device_put(batches_NxMxBxL1, self.mesh.sharding(None, AXIS))
-
-    def advance(self, state, batches_NxMxBxL1, step: int):
-        params, opt_state = state
-        params, opt_state, loss = self.step_fn(params, opt_state, batches_NxMxBxL1[0])
-        info = {"loss": loss, "bytes": self.bytes_per_step,
-                "peak_step_bytes": self.bytes_per_step}
-        return (params, opt_state), info
 
     def global_params(self, state):
         return state[0]
+
+    def run(self, state, block, batches_MxNxBxL1, mask_MxN):
+        params, opt_state = state
+        losses = None
+        for ev in block.events:
+            if ev.kind != "close":
+                continue  # DDP holds no per-worker state: reloads have nothing to do
+            share = (ev.weights * ev.weights.size / ev.weights.sum()).astype(np.float32)
+            placed = jax.device_put((batches_MxNxBxL1[:, 0], share), self.mesh.sharding(AXIS))
+            params, opt_state, loss = self.step_fn(params, opt_state, *placed)
+            losses = jnp.broadcast_to(loss, (mask_MxN.shape[0], 1))
+        return (params, opt_state), losses, []

@@ -16,13 +16,14 @@ vectorized over cases (bandwidths, model sizes, step times, targets). Choices, a
   and Decoupled (quantization scales, < 1% of the payload, are left out). Route factor: a ring
   all-reduce over R replicas moves 2(R-1)/R of the payload per replica (DDP, DiLoCo,
   Streaming; R=1 sends nothing). Decoupled: 1 — each learner uploads its fragment to the
-  syncer over its own link, and the syncer's reply travels the other direction of the
-  full-duplex link, so it is not counted (choice); `replicas` does not enter.
+  syncer over its own link and the syncer's reply (at `down_bits`) comes back the other
+  direction of the full-duplex link, so the busier direction counts: max(bits, down_bits)
+  (choice); `replicas` does not enter. Link and ring factor are `clock`'s, the training runs'.
 - **Schedule and deadline** (a missed deadline stalls the clock until the sync has arrived):
-  DDP all-reduces every step, deadline the end of that step. DiLoCo sends everything every H
-  steps (on the H-th), deadline the end of that step. Streaming and Decoupled send fragment p
-  at steps t = floor(p*H/P) mod H (fragments due on the same step go together), deadline the
-  end of step t+tau.
+  the one `clock.Schedule` of the training runs: DDP all-reduces every step, deadline the end
+  of that step; DiLoCo sends everything every H steps (on the H-th), deadline the end of that
+  step; Streaming and Decoupled send fragment p after steps floor((p+1)*H/P) mod H (fragments
+  due on the same step go together), deadline the end of step t+tau.
 - **Steady state.** The schedule repeats every `period` steps (1 for DDP, H otherwise). We
   simulate `WARMUP_PERIODS + MEASURE_PERIODS` periods from an empty link and measure the last
   ones. If in steady state the link is ever idle, the state regenerates from empty and the
@@ -48,19 +49,20 @@ import time
 
 import numpy as np
 
-from .config import DDP, DecoupledDiLoCo, DiLoCo, StreamingDiLoCo, check, check_int, check_positive
+from ..clock import GBIT, ring_factor, transfer_seconds
+from ..clock.schedule import Schedule
+from ..config import DDP, DecoupledDiLoCo, DiLoCo, StreamingDiLoCo, check, check_int, check_positive
 
 BUCKETS = 32  # gradient buckets per backward pass (about one per layer of a 30-layer model)
 WARMUP_PERIODS = 3
 MEASURE_PERIODS = 2
 RESOLUTION = 1e-3  # relative resolution of required_bandwidth
-GBIT = 1e9
 
 SWEEP_METHODS = (
     DDP(),
     DiLoCo(inner_steps=100),
     StreamingDiLoCo(inner_steps=100, fragments=10, overlap=1, bits=4),
-    DecoupledDiLoCo(),
+    DecoupledDiLoCo(down_bits=4),
 )
 SWEEP_MODELS = ((1e9, 0.5), (1e10, 1.6), (1e11, 5.0))  # (parameters, step time in s), assumed
 SWEEP_TARGETS = (0.5, 0.8, 0.9, 0.95, 0.99)
@@ -250,20 +252,17 @@ def bench_sweep() -> dict:
 
 
 def _schedule(algorithm, replicas: int, grad_bits: int):
-    """(period, offsets, fractions, link bits per parameter per period, overlap)."""
-    ring = 2 * (replicas - 1) / replicas
-    if isinstance(algorithm, DDP):
-        return 1, np.array([0]), np.array([1.0]), grad_bits * ring, 0
-    if isinstance(algorithm, DiLoCo):
-        h = algorithm.inner_steps
-        return h, np.array([h - 1]), np.array([1.0]), grad_bits * ring, 0
-    if isinstance(algorithm, (StreamingDiLoCo, DecoupledDiLoCo)):
-        h, p = algorithm.inner_steps, algorithm.fragments
-        offsets, counts = np.unique(np.arange(p) * h // p, return_counts=True)
-        route = 1.0 if isinstance(algorithm, DecoupledDiLoCo) else ring
-        return h, offsets, counts / p, algorithm.bits * route, algorithm.overlap
-    allowed = "an instance of DDP, DiLoCo, StreamingDiLoCo or DecoupledDiLoCo"
-    check(False, "algorithm", algorithm, allowed)
+    """(period, offsets, fractions, link bits per parameter per period, overlap), from the one
+    `clock.Schedule` of the training runs."""
+    sched = Schedule.of(algorithm)  # validates the algorithm
+    offsets, fractions = sched.phases()
+    ring = ring_factor(replicas)
+    if isinstance(algorithm, (DDP, DiLoCo)):
+        return sched.inner_steps, offsets, fractions, grad_bits * ring, 0
+    if isinstance(algorithm, DecoupledDiLoCo):  # up and down share a full-duplex link
+        bits = max(algorithm.bits, algorithm.down_bits)
+        return sched.inner_steps, offsets, fractions, bits, sched.overlap
+    return sched.inner_steps, offsets, fractions, algorithm.bits * ring, sched.overlap
 
 
 def _periods(period: int, steps: int | None = None) -> tuple[int, int]:
@@ -283,8 +282,7 @@ def _utilization(sched, n_params, step_time, bps, latency, buckets: int, periods
     )
     payload = n * bits_per_param
     sends = payload > 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        transfer = np.where(sends, payload / b, 0.0)  # seconds for a whole period's payload
+    transfer = np.where(sends, transfer_seconds(payload, b), 0.0)  # a whole period's payload
     lat = np.where(sends, lat, 0.0)
     # Events (step, kind, sync id, fraction): kind 0 = release during the step, 1 = deadline at
     # its end; a sync released at step k is due at the end of step k + overlap.

@@ -138,8 +138,8 @@ def reproduce_job(figures_dir: Path, quick: bool) -> list[dict]:
     """Run the sweeps, save four figures (goodput_vs_chips, goodput_vs_learners,
     goodput_buckets, goodput_timeline) and return result rows (experiment, method, metric,
     value, published, config)."""
-    from .plots import goodput as gplots
-    from .plots import save
+    from ..plots import goodput as gplots
+    from ..plots import save
 
     chaos = gp.ChaosConfig()
     days, seeds = (2.0, 3) if quick else (7.0, 8)

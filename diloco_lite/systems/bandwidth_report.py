@@ -7,7 +7,9 @@ The Decoupled DiLoCo announcement (NUMBERS.md) gives the two bandwidths but not 
    only on the method settings and the utilization target. With 8 replicas (ring factor
    2·7/8 = 1.75), bf16 gradients for data-parallel, and the Decoupled paper's defaults (H = P =
    24, τ = 2, int4), the structural ratio is 1.75 × (16/4) × 24 = 168×: DDP ships the whole
-   model every step, Decoupled ships 1/24 of it at a quarter of the bits. The rest is timing.
+   model every step, Decoupled ships 1/24 of it at a quarter of the bits. (This assumes the
+   syncer's reply is compressed like the uploads, `down_bits = 4`; an fp32 reply would need 8×
+   the bandwidth in the other direction of the link.) The rest is timing.
    DDP may stall (1−u)/u·T per step and hides h = (2T/3)(1 − 1/32) of each burst behind the
    backward pass, so B_ddp = u·S/(T(1−u) + u·h); Decoupled at this setting is throughput-bound
    (its link is always busy), so B_dec = u·(bits per step)/T. Their ratio is
@@ -31,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from . import bandwidth as bw
-from .config import DDP, DecoupledDiLoCo
+from ..config import DDP, DecoupledDiLoCo
 
 PUBLISHED = {"ddp": 198.0, "decoupled_diloco": 0.84}
 METRIC = "required Gbit/s, 8 DCs"
@@ -60,7 +62,7 @@ class Reconstruction:
             fragments=self.fragments,
             overlap=self.overlap,
             bits=self.bits,
-            learners=self.datacenters,
+            down_bits=self.bits,
         )
         return {"ddp": DDP(), "decoupled_diloco": dec}
 
@@ -191,8 +193,8 @@ def utilization_curves(
 def reproduce_job(figures_dir: Path, quick: bool) -> list[dict]:
     """Run the reconstruction, the sweep and the sensitivity; save three figures; return rows
     (experiment, method, metric, value, published, config)."""
-    from .plots import bandwidth as bplots
-    from .plots import save
+    from ..plots import bandwidth as bplots
+    from ..plots import save
 
     save(
         bplots.utilization_chart(utilization_curves(points=40 if quick else 160)),

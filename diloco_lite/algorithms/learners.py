@@ -1,0 +1,264 @@
+"""DiLoCo (§2), Streaming DiLoCo (§3) and Decoupled DiLoCo (§4) on the worker mesh: one driver.
+
+The plan (`clock.plan`) says *what* happens and when; this driver does it on the device. The
+three methods differ only in their plans (and in the merge rule), so they share every compiled
+piece. State, a plain pytree:
+
+    global  Θ, replicated: the syncer's copy (lock-step: every worker's copy of it)
+    outer   per fragment, the outer optimizer's state (replicated)
+    local   θ_m, stacked [M, ...] and sharded over the `workers` axis
+    inner   each learner's inner optimizer state, stacked [M, ...]
+    base    the global value each learner last took, stacked [M, ...]: Δ_m = base_m − θ_m
+    sent    per fragment, each learner's last payload in the wire format, stacked [M, ...]
+
+Compiled pieces (one inner step, one wire format, one outer update for every method):
+- `inner`: N inner steps per learner (`lax.scan` of `steps.inner_step`, vmapped over the learners
+  of a device, inside `shard_map`): zero collectives. A learner whose mask is off for a step
+  keeps its state bit for bit (it is not due, or it is down).
+- `send`: the learners in the mask put Δ = base − θ through `WireFormat(bits)` (no collective).
+- `close`: ONE all-gather of the b-bit payloads — exactly the bytes the learners sent — then, on
+  every device alike, decode, merge with the weights (weighted mean; RDA for Decoupled DiLoCo,
+  with the embeddings by the weighted mean) and take the outer step. Its diagnostics (the merged
+  Δ's norm, the mean pairwise cosine and the mean norm of the Δ_m) come from the gathered Δ_m,
+  at no extra communication.
+- `arrive`: the learners in the mask take the fragment: θ ← α·θ + (1−α)·Θ, base ← Θ.
+- `reload`: returning learners take Θ and a healthy peer's inner optimizer state.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..config import DecoupledDiLoCo, DiLoCo
+from ..devices import AXIS
+from ..outer import (
+    fragments,
+    mean_merge,
+    outer_step,
+    put_leaves,
+    rda_merge,
+    resolve_outer_optimizer,
+    take_leaves,
+    tree_norm,
+)
+from ..steps import inner_step
+from ..wire import WireFormat
+
+MEAN_MERGED = ("embed", "pos")  # top-level parameter names merged by the weighted mean in RDA
+
+
+def inner_fn(model, mesh, optimizer):
+    """Jitted `inner(local_M, state_M, batches_MxNxBxL1, mask_MxN) -> (local, state, loss_MxN)`."""
+
+    def one_learner(params, opt_state, batches_NxBxL1, mask_N):
+        def body(carry, x):
+            batch_BxL1, on = x
+            new_params, new_state, loss = inner_step(model.loss, optimizer, *carry, batch_BxL1)
+            keep = functools.partial(jax.tree.map, lambda a, b: jnp.where(on, a, b))
+            return (keep(new_params, carry[0]), keep(new_state, carry[1])), loss
+
+        (params, opt_state), losses_N = jax.lax.scan(body, (params, opt_state),
+                                                     (batches_NxBxL1, mask_N))
+        return params, opt_state, losses_N
+
+    spec = jax.P(AXIS)
+    return jax.jit(jax.shard_map(jax.vmap(one_learner), mesh=mesh.mesh, in_specs=(spec,) * 4,
+                                 out_specs=(spec,) * 3), donate_argnums=(0, 1))
+
+
+def send_fn(mesh, wire: WireFormat):
+    """Jitted `send(local_p, base_p, sent_p, mask_M) -> sent_p`: Δ = base − θ on the wire."""
+
+    def one_learner(local, base, sent, on):
+        new = [wire.encode(b - x) for x, b in zip(local, base, strict=True)]
+        return jax.tree.map(lambda a, b: jnp.where(on, a, b), new, sent)
+
+    spec = jax.P(AXIS)
+    return jax.jit(jax.shard_map(jax.vmap(one_learner), mesh=mesh.mesh, in_specs=(spec,) * 4,
+                                 out_specs=spec), donate_argnums=(2,))
+
+
+def close_fn(mesh, outer_optimizer, up: WireFormat, down: WireFormat):
+    """Jitted `close(global_p, outer_p, sent_p, weights_M, mean_leaves, rda, flush)
+    -> (global_p, outer_p, diagnostics)` for one fragment (see the module docstring)."""
+    gather = jax.shard_map(lambda sent: jax.lax.all_gather(sent, AXIS, tiled=True),
+                           mesh=mesh.mesh, in_specs=jax.P(AXIS), out_specs=jax.P(),
+                           check_vma=False)
+
+    @functools.partial(jax.jit, static_argnames=("mean_leaves", "rda", "flush"))
+    def close(global_p, outer_p, sent_p, weights_M, mean_leaves, rda, flush):
+        sent_M = gather(sent_p)  # the sync's one collective
+        deltas_M = [jax.vmap(lambda s, g=g: up.decode(s, g.shape))(s_M)
+                    for g, s_M in zip(global_p, sent_M, strict=True)]
+        merged = merge(deltas_M, weights_M, mean_leaves if rda else None)
+        if flush:  # end of run: the plain (weighted) average of the learners, no momentum
+            new = [g - d for g, d in zip(global_p, merged, strict=True)]
+        else:
+            new, outer_p = outer_step(outer_optimizer, global_p, outer_p, merged)
+        if down.bits < 32:  # the reply travels as a b-bit update; everyone applies the same one
+            new = [g + down.round_trip(n - g) for g, n in zip(global_p, new, strict=True)]
+        return new, outer_p, diagnostics(deltas_M, weights_M, merged)
+
+    return close
+
+
+def merge(deltas_M: list, weights_M: jax.Array, mean_leaves: tuple | None) -> list:
+    """Weighted mean of the Δ_m (mean_leaves None), or RDA over the leaves not in mean_leaves
+    (their norm and direction taken together) with the rest by the weighted mean."""
+    mean = mean_merge(deltas_M, weights_M)
+    if mean_leaves is None or all(mean_leaves):
+        return mean
+    rda_idx = [i for i, is_mean in enumerate(mean_leaves) if not is_mean]
+    rda = rda_merge([deltas_M[i] for i in rda_idx], weights_M)
+    for i, d in zip(rda_idx, rda, strict=True):
+        mean[i] = d
+    return mean
+
+
+def diagnostics(deltas_M: list, weights_M: jax.Array, merged: list) -> jax.Array:
+    """[‖merged Δ‖², mean pairwise cosine of the Δ_m, mean ‖Δ_m‖²] over the merged learners."""
+    flat_MxN = jnp.concatenate([d.reshape(d.shape[0], -1) for d in deltas_M], axis=1)
+    gram_MxM = flat_MxN @ flat_MxN.T
+    on_M = (weights_M > 0).astype(jnp.float32)
+    sq_M = jnp.diag(gram_MxM)
+    norms_M = jnp.sqrt(jnp.maximum(sq_M, 0.0))
+    cos_MxM = gram_MxM / jnp.maximum(norms_M[:, None] * norms_M[None, :], 1e-30)
+    pairs_MxM = on_M[:, None] * on_M[None, :] * (1.0 - jnp.eye(on_M.size))
+    cosine = jnp.sum(cos_MxM * pairs_MxM) / jnp.maximum(jnp.sum(pairs_MxM), 1.0)
+    drift = jnp.sum(on_M * sq_M) / jnp.maximum(jnp.sum(on_M), 1.0)
+    return jnp.stack([jnp.square(tree_norm(merged)), cosine, drift])
+
+
+@jax.jit
+def _arrive(local_p, base_p, global_p, mask_M, alpha):
+    def take(x_M, g):
+        on = mask_M.reshape((-1,) + (1,) * g.ndim)
+        return jnp.where(on, alpha * x_M + (1 - alpha) * g[None], x_M)
+
+    local = [take(x, g) for x, g in zip(local_p, global_p, strict=True)]
+    base = [jnp.where(mask_M.reshape((-1,) + (1,) * g.ndim), g[None], b)
+            for b, g in zip(base_p, global_p, strict=True)]
+    return local, base
+
+
+@jax.jit
+def _reload(local, base, inner, global_params, mask_M, peer_M):
+    def take(x_M, g):
+        return jnp.where(mask_M.reshape((-1,) + (1,) * g.ndim), g[None], x_M)
+
+    def from_peer(x_M):
+        return jnp.where(mask_M.reshape((-1,) + (1,) * (x_M.ndim - 1)), x_M[peer_M], x_M)
+
+    return (jax.tree.map(take, local, global_params), jax.tree.map(take, base, global_params),
+            jax.tree.map(from_peer, inner))
+
+
+class LearnersDriver:
+    """Runs a plan's blocks for DiLoCo, StreamingDiLoCo or DecoupledDiLoCo on `mesh`."""
+
+    def __init__(self, config, model, mesh, optimizer, params):
+        algo = config.algorithm
+        self.mesh, self.optimizer = mesh, optimizer
+        self.alpha = float(getattr(algo, "mix", 0.0))
+        self.rda = getattr(algo, "merge", "mean") == "rda"
+        up = WireFormat(getattr(algo, "bits", 32))
+        down = WireFormat(getattr(algo, "down_bits", 32))
+        how = "balanced" if isinstance(algo, DiLoCo) else algo.fragmentation
+        count = 1 if isinstance(algo, DiLoCo) else algo.fragments
+        self.frags = fragments(params, count, how, field=f"{type(algo).__name__}.fragments")
+        names = [path[0].key for path, _ in jax.tree_util.tree_leaves_with_path(params)]
+        self.mean_leaves = [tuple(names[i] in MEAN_MERGED for i in f) for f in self.frags]
+        leaves = jax.tree.leaves(params)
+        self.up_nbytes = [up.tree_nbytes(take_leaves(params, f)) for f in self.frags]
+        self.down_nbytes = ([down.tree_nbytes(take_leaves(params, f)) for f in self.frags]
+                            if isinstance(algo, DecoupledDiLoCo) else [0] * len(self.frags))
+        self.sizes = [sum(leaves[i].size for i in f) for f in self.frags]
+        state_bytes = sum(x.nbytes for x in jax.tree.leaves(optimizer.init(params)))
+        self.rejoin_nbytes = 4 * sum(self.sizes) + state_bytes  # Θ (fp32) + a peer's state
+        self.up = up
+        self.outer_optimizer = resolve_outer_optimizer(algo)
+        self.inner = inner_fn(model, mesh, optimizer)
+        self.send = send_fn(mesh, up)
+        self.close = close_fn(mesh, self.outer_optimizer, up, down)
+
+    def init(self, params) -> dict:
+        replicated, stacked = self.mesh.sharding(), self.mesh.sharding(AXIS)
+        m = self.mesh.workers
+        stack = lambda x: jnp.broadcast_to(jnp.asarray(x), (m,) + jnp.shape(x))  # noqa: E731
+        glob = jax.device_put(params, replicated)
+        local = jax.device_put(jax.tree.map(stack, params), stacked)
+        sent = [jax.device_put(jax.tree.map(stack, [self.up.encode(jnp.zeros_like(x))
+                                                    for x in take_leaves(params, f)]), stacked)
+                for f in self.frags]
+        return {"global": glob,
+                "outer": [jax.device_put(self.outer_optimizer.init(take_leaves(glob, f)),
+                                         replicated) for f in self.frags],
+                "local": local, "base": jax.device_put(jax.tree.map(stack, params), stacked),
+                "inner": jax.device_put(jax.tree.map(stack, self.optimizer.init(params)),
+                                        stacked),
+                "sent": sent}
+
+    def global_params(self, state):
+        return state["global"]
+
+    def run(self, state, block, batches_MxNxBxL1, mask_MxN):
+        """One block: the inner steps, then the events. Returns (state, losses_MxN, diagnostics
+        of the closes as (fragment, flush, [3]) triples)."""
+        state = dict(state)
+        losses = []
+        for start, n in _pieces(batches_MxNxBxL1.shape[1]):
+            placed = jax.device_put((batches_MxNxBxL1[:, start:start + n],
+                                     mask_MxN[:, start:start + n]), self.mesh.sharding(AXIS))
+            state["local"], state["inner"], loss = self.inner(state["local"], state["inner"],
+                                                              *placed)
+            losses.append(loss)
+        diags = []
+        for ev in block.events:
+            if ev.kind == "send":
+                idx = self.frags[ev.fragment]
+                state["sent"] = list(state["sent"])
+                state["sent"][ev.fragment] = self.send(
+                    take_leaves(state["local"], idx), take_leaves(state["base"], idx),
+                    state["sent"][ev.fragment], self._on(ev.mask))
+            elif ev.kind == "close":
+                p = ev.fragment
+                idx = self.frags[p]
+                outer = list(state["outer"])
+                new, outer[p], diag = self.close(
+                    take_leaves(state["global"], idx), outer[p], state["sent"][p],
+                    jnp.asarray(ev.weights), mean_leaves=self.mean_leaves[p], rda=self.rda,
+                    flush=ev.flush)
+                state["global"], state["outer"] = put_leaves(state["global"], idx, new), outer
+                diags.append((p, ev.flush, diag))
+            elif ev.kind == "arrive":
+                idx = self.frags[ev.fragment]
+                local, base = _arrive(take_leaves(state["local"], idx),
+                                      take_leaves(state["base"], idx),
+                                      take_leaves(state["global"], idx), self._on(ev.mask),
+                                      self.alpha)
+                state["local"] = put_leaves(state["local"], idx, local)
+                state["base"] = put_leaves(state["base"], idx, base)
+            elif ev.kind == "reload":
+                state["local"], state["base"], state["inner"] = _reload(
+                    state["local"], state["base"], state["inner"], state["global"],
+                    self._on(ev.mask), jnp.asarray(ev.peer))
+        losses = jnp.concatenate(losses, axis=1) if losses else None
+        return state, losses, diags
+
+    def _on(self, mask_M: np.ndarray):
+        return jax.device_put(mask_M, self.mesh.sharding(AXIS))
+
+
+def _pieces(n: int) -> list[tuple[int, int]]:
+    """Split n steps into runs of powers of two (at most log2 n + 1 compiled scan lengths)."""
+    out, start = [], 0
+    while n - start > 0:
+        size = 1 << ((n - start).bit_length() - 1)
+        out.append((start, size))
+        start += size
+    return out
+
