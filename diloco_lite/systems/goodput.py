@@ -270,7 +270,8 @@ def _run_domain(d: Domain, horizon: float, rng: np.random.Generator) -> dict:
 
     Failures are memoryless, so after a failure the next one that matters comes after the
     absorbed recovery plus an Exp(rate) wait: the gaps are drawn directly and each gap is
-    booked in closed form (recovery, whole commit cycles, then lost work)."""
+    booked in closed form (recovery, whole commit cycles, then lost work; the last stretch ends
+    with the run, not with a failure, so its work is kept)."""
     gaps = np.empty(0)
     while gaps.sum() < horizon:  # draw in chunks until the horizon is covered
         n = int(d.rate * horizon + 6 * math.sqrt(d.rate * horizon) + 16)
@@ -290,9 +291,13 @@ def _run_domain(d: Domain, horizon: float, rng: np.random.Generator) -> dict:
     cycle = d.interval_s + d.commit_s
     cycles = np.floor((end - run_start) / cycle)
     commit_end = run_start + cycles * cycle
+    # The end of the simulated stretch is not a failure: the work since the last commit is kept
+    # (committed by the run's final checkpoint, whose cost is not charged).
+    tail = end[-1] - commit_end[-1]
+    commit_end[-1] = end[-1]
     buckets = dict.fromkeys(BUCKETS, 0.0)
     buckets[d.bucket] = float(np.sum(run_start - start))
-    buckets["useful"] = float(np.sum(cycles)) * d.interval_s
+    buckets["useful"] = float(np.sum(cycles)) * d.interval_s + float(tail)
     buckets["checkpoint"] = float(np.sum(cycles)) * d.commit_s
     buckets["lost"] = float(np.sum(end - commit_end))
     if d.down_fraction > 0:
