@@ -11,6 +11,7 @@ Shapes in names: B batch, L sequence length, D model width, V vocabulary, H head
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import jax
@@ -110,6 +111,23 @@ def loss_and_accuracy(model: Model, params: Params, batch_BxL1: jax.Array):
     nll_BxL = -jnp.take_along_axis(logp_BxLxV, targets_BxL[..., None], axis=-1)[..., 0]
     accuracy = jnp.mean(jnp.argmax(logits_BxLxV, axis=-1) == targets_BxL)
     return jnp.mean(nll_BxL), accuracy
+
+
+def depth_order(params: Params) -> list[int]:
+    """Indices of the leaves of `params` in forward (depth) order: the embeddings, then block 0,
+    block 1, … (numerically: block_10 after block_9), then the final norm. `jax.tree.leaves` order
+    is alphabetical instead (block_0, block_1, block_10, block_2, …, embed, ln_f, pos)."""
+    paths = [tuple(str(getattr(k, "key", k)) for k in path)
+             for path, _ in jax.tree_util.tree_leaves_with_path(params)]
+
+    def depth(i: int):
+        top = paths[i][0]
+        block = re.fullmatch(r"block_(\d+)", top)
+        if top in ("embed", "pos"):
+            return 0, 0, paths[i]
+        return (1, int(block[1]), paths[i]) if block else (2, 0, paths[i])
+
+    return sorted(range(len(paths)), key=depth)
 
 
 def count_params(params: Params) -> int:

@@ -4,8 +4,8 @@
   gradient, so a *descent* step on it moves θ toward where the workers went;
 - `outer_step(...)`: one step of the outer optimizer on Δ (default Nesterov SGD, lr 0.7,
   momentum 0.9);
-- merges of several workers' Δ: `mean_merge`, `rda_merge` (Radial-Directional Averaging, §4),
-  for Decoupled DiLoCo's syncer (its training driver is a later step; the merges are tested now);
+- merges of several workers' Δ: `mean_merge` (DiLoCo, Streaming DiLoCo) and `rda_merge`
+  (Radial-Directional Averaging, §4: Decoupled DiLoCo's syncer);
 - `fragments(params, P, how)`: which tensors go in which of the P fragments (§3).
 """
 
@@ -80,9 +80,12 @@ def fragments(params: Any, count: int, how: str = "balanced", field: str = "frag
 
     - "balanced" (default, the Decoupled paper's choice): greedy bin-packing, largest tensor
       first into the currently smallest fragment, so fragments carry similar byte counts;
-    - "layers": consecutive tensors in pytree order (embeddings, block_0, block_1, ...) cut
-      into `count` runs of similar size — the paper's layer-wise split, here contiguous.
+    - "layers": the tensors in depth order (`model.depth_order`: embeddings, block_0, block_1,
+      …, final norm) cut into `count` contiguous runs of similar size — the paper's layer-wise
+      split.
     """
+    from .model import depth_order
+
     sizes = [int(x.size) for x in jax.tree.leaves(params)]
     check(1 <= count <= len(sizes), field, count, f"an integer in [1, {len(sizes)}] "
           f"(the model has {len(sizes)} tensors)")
@@ -95,19 +98,20 @@ def fragments(params: Any, count: int, how: str = "balanced", field: str = "frag
             totals[j] += sizes[i]
         return [sorted(b) for b in bins]
     check(how == "layers", "fragmentation", how, "'balanced' or 'layers'")
-    total, out, start = sum(sizes), [], 0
-    cumulative = 0
+    order = depth_order(params)
+    total, out, start, cumulative = sum(sizes), [], 0, 0
     for p in range(count):
         target = total * (p + 1) / count
         stop = start + 1
-        cumulative += sizes[start]
+        cumulative += sizes[order[start]]
         # leave at least one tensor for each remaining fragment
-        while stop < len(sizes) - (count - p - 1) and cumulative + sizes[stop] / 2 <= target:
-            cumulative += sizes[stop]
+        while (stop < len(order) - (count - p - 1)
+               and cumulative + sizes[order[stop]] / 2 <= target):
+            cumulative += sizes[order[stop]]
             stop += 1
         if p == count - 1:
-            stop = len(sizes)
-        out.append(list(range(start, stop)))
+            stop = len(order)
+        out.append(sorted(order[start:stop]))
         start = stop
     return out
 

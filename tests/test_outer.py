@@ -83,3 +83,38 @@ def test_take_and_put_leaves_round_trip():
     np.testing.assert_array_equal(new["a"], 1.0)
     np.testing.assert_array_equal(new["b"], 1.0)
     np.testing.assert_array_equal(new["c"], 3.0)
+
+
+def test_rda_weights_lengths_and_directions_by_hand():
+    """Two different deltas, weights 3:1: r = (3·3 + 1·1)/4, u = (3·e1 + 1·e2)/4, Δ = r·u/‖u‖."""
+    d = {"w": jnp.array([[3.0, 0.0], [0.0, 1.0]])}
+    r, u = 2.5, np.array([0.75, 0.25])
+    np.testing.assert_allclose(rda_merge(d, jnp.array([3.0, 1.0]))["w"], r * u / np.linalg.norm(u),
+                               rtol=1e-6)
+    # the weights matter: swapping them gives another length and another direction
+    other = np.asarray(rda_merge(d, jnp.array([1.0, 3.0]))["w"])
+    assert np.linalg.norm(other) == pytest.approx((1 * 3 + 3 * 1) / 4, rel=1e-6)
+    assert other[1] > other[0]
+
+
+def test_rda_keeps_the_weighted_mean_norm_of_its_inputs():
+    key_d, key_w = jax.random.split(jax.random.key(1))
+    deltas = {"a": jax.random.normal(key_d, (5, 7)) * jnp.arange(1.0, 6.0)[:, None],
+              "b": jnp.ones((5, 3))}
+    w = jax.random.uniform(key_w, (5,)) + 0.1
+    norms = np.sqrt(np.sum(np.asarray(deltas["a"]) ** 2, axis=1) + 3.0)
+    want = float(np.sum(np.asarray(w) * norms) / np.sum(np.asarray(w)))
+    assert float(tree_norm(rda_merge(deltas, w))) == pytest.approx(want, rel=1e-5)
+
+
+def test_layers_fragments_follow_depth_not_the_alphabet():
+    """`jax.tree.leaves` sorts keys (block_0, block_1, block_10, …, embed, ln_f, pos); the layer
+    split must follow the forward pass: embeddings, block_0 … block_11, final norm."""
+    depth = ["embed", "pos"] + [f"block_{i}" for i in range(12)] + ["ln_f"]
+    params = {name: {"w": jnp.zeros(10)} for name in depth}
+    names = [jax.tree_util.keystr(p)[2:].split("'")[0]
+             for p, _ in jax.tree_util.tree_leaves_with_path(params)]
+    assert names != depth  # the alphabet really is another order
+    frags = fragments(params, 5, "layers")
+    positions = [sorted(depth.index(names[i]) for i in f) for f in frags]
+    assert [i for pos in positions for i in pos] == list(range(len(depth)))  # contiguous, in order
