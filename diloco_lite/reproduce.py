@@ -1,8 +1,9 @@
 """`python -m diloco_lite reproduce`: every experiment behind `figures/` and the results table.
 
 - Training experiments come from `experiments.groups(quick)`. Each finished run is cached under
-  `runs/` (git-ignored) as a CSV history keyed by a hash of its config, written atomically, so
-  an interrupted `reproduce` resumes where it stopped without redoing finished runs.
+  `runs/` (git-ignored) as a CSV history keyed by a hash of its config *and of the training
+  source code* (`run_key`), written atomically, so an interrupted `reproduce` resumes where it
+  stopped without redoing finished runs, and a fix to the code never serves stale numbers.
 - The bandwidth and goodput reproductions come from `bandwidth_report` and `goodput_report`.
 - Results land in `figures/results.md` and `figures/results.json`: every number next to the
   published one (where there is one) and the config that produced it.
@@ -13,6 +14,7 @@ Quick mode (`--quick` or DILOCO_LITE_QUICK=1) shrinks steps, writes figures to t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -33,9 +35,29 @@ def runs_dir(quick: bool) -> Path:
     return base / "quick" if quick else base
 
 
+# What a training run's numbers depend on: every module but the figures, the reports, the
+# simulators and the commands. A change to any of them makes every cached run stale.
+NOT_TRAINING = ("plots", "systems", "exercises", "reproduce.py", "experiments.py", "bench.py",
+                "__main__.py")
+
+
+@functools.cache
+def source_hash(package: Path | None = None) -> str:
+    """sha1 of the library's training source files (`NOT_TRAINING` left out), in path order."""
+    package = Path(package) if package is not None else Path(__file__).resolve().parent
+    digest = hashlib.sha1()
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if rel.parts[0] in NOT_TRAINING:
+            continue
+        digest.update(str(rel).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def run_key(config) -> str:
-    """A stable key for a config (its repr; default optimizers only, so the repr is stable)."""
-    return hashlib.sha1(f"{__version__}|{config!r}".encode()).hexdigest()[:16]
+    """A key for a config and the code that trains it: sha1 of the version, the training source
+    (`source_hash`) and the config's repr (default optimizers only, so the repr is stable)."""
+    return hashlib.sha1(f"{__version__}|{source_hash()}|{config!r}".encode()).hexdigest()[:16]
 
 
 def run_cached(config, directory: Path, *, progress: bool = True) -> pd.DataFrame:

@@ -53,3 +53,23 @@ def test_results_table_merges_the_experiments_not_rerun(tmp_path):
     assert {(r["experiment"], r["value"]) for r in records} == {("goodput", 1.0),
                                                                 ("bandwidth", 3.0)}
     assert "| bandwidth | ddp | m | 3 | 2 | c |" in (tmp_path / "results.md").read_text()
+
+
+def test_cache_key_follows_the_training_code(tmp_path, monkeypatch):
+    """A fix to a driver must invalidate cached runs; a change to a figure must not."""
+    import shutil
+
+    copy = tmp_path / "pkg"
+    shutil.copytree(reproduce.Path(reproduce.__file__).parent, copy,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    before = reproduce.source_hash(copy)
+    (copy / "plots" / "__init__.py").write_text("# a figure changed\n")
+    assert reproduce.source_hash.__wrapped__(copy) == before
+    lockstep = copy / "clock" / "lockstep.py"
+    lockstep.write_text(lockstep.read_text() + "\n# a driver changed\n")
+    assert reproduce.source_hash.__wrapped__(copy) != before
+    # and the run cache uses it: another source hash is a cache miss
+    cfg = tiny_run(dl.DDP(), inner_optimizer=None, steps=2, eval_every=2)
+    key = reproduce.run_key(cfg)
+    monkeypatch.setattr(reproduce, "source_hash", lambda: "another code")
+    assert reproduce.run_key(cfg) != key
