@@ -8,6 +8,7 @@ initializes a backend; call `emulate_devices(n)` first in a fresh process):
     load_corpus, Corpus                   data
     ModelConfig, RunConfig,               config
     DDP, DiLoCo, StreamingDiLoCo, DecoupledDiLoCo
+    Cluster, Link, FailureRate            clock (the simulated clock: step times, link, failures)
     train, RunResult                      training
     quick_mode                            plots (DILOCO_LITE_QUICK=1: shrink steps, not code paths)
 """
@@ -30,6 +31,9 @@ _EXPORTS = {
     "DiLoCo": "config",
     "StreamingDiLoCo": "config",
     "DecoupledDiLoCo": "config",
+    "Cluster": "clock",
+    "Link": "clock",
+    "FailureRate": "clock",
     "train": "training",
     "RunResult": "training",
     "quick_mode": "plots",

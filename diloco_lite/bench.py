@@ -67,12 +67,12 @@ def bench(config=None) -> dict:
     """Run every measurement and print a report; returns the numbers."""
     import jax
 
-    from .systems import bandwidth
     from .algorithms.ddp import DDPDriver
     from .algorithms.diloco import DiLoCoDriver
     from .config import DiLoCo, RunConfig
     from .model import count_params, model_flops_per_token
     from .outer import take_leaves
+    from .systems import bandwidth
     from .training import setup
 
     config = config or RunConfig()

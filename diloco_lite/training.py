@@ -109,7 +109,7 @@ def train(config: RunConfig, *, progress: bool = True) -> RunResult:
     for block in plan.blocks:
         batches, mask = _block_batches(corpus, config, block)
         state, block_losses, block_diags = driver.run(state, block, batches, mask)
-        if block_losses is not None:
+        if block_losses:
             losses.append((block_losses, block.steps))
         diags += block_diags
         done += block.steps
@@ -162,7 +162,10 @@ def _history(rows: list[dict], losses: list[tuple], plan) -> pd.DataFrame:
 
     per_learner = [[] for _ in plan.step_time]
     for block_losses, steps in losses:
-        block_losses = np.asarray(jax.device_get(block_losses))
+        parts = [np.asarray(x, float).reshape(-1, max(np.size(x) // steps.size, 1))
+                 if np.ndim(x) else np.full((1, 1), float(x)) for x in jax.device_get(block_losses)]
+        block_losses = np.broadcast_to(np.concatenate(parts, axis=1) if len(parts) > 1
+                                       else parts[0], (steps.size, max(int(steps.max()), 1)))
         for m in np.flatnonzero(steps):
             per_learner[m].append(block_losses[m, : steps[m]])
     times = np.concatenate([np.asarray(t, float) for t in plan.step_time])

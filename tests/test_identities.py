@@ -1,11 +1,15 @@
-"""Exact identities between the methods (ALGORITHMS.md §1–§3), to float tolerance."""
+"""Exact identities between the methods (ALGORITHMS.md §1–§4), to float tolerance, and the
+Streaming DiLoCo driver against a plain loop written here from the paper's recipe."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
 import diloco_lite as dl
-from diloco_lite.comm import payload_bytes
+from diloco_lite.outer import fragments
+from diloco_lite.training import setup
 from tests.helpers import assert_trees_close, max_abs_diff, tiny_run
 
 
@@ -48,19 +52,128 @@ def test_streaming_p1_tau0_b32_is_diloco():
     a, b = run(tiny_run(algo, steps=7)), run(tiny_run(streaming, steps=7))
     assert_trees_close(a.params, b.params)
     np.testing.assert_array_equal(a.history.comm_bytes, b.history.comm_bytes)
-    # each knob on its own changes the result
-    for knob in (dict(bits=4), dict(overlap=1, mix=0.5), dict(fragments=2)):
-        other = dl.StreamingDiLoCo(**{**dict(inner_steps=3, fragments=1, overlap=0, mix=0.0,
-                                             bits=32), **knob})
-        assert max_abs_diff(a.params, run(tiny_run(other, steps=7)).params) > 1e-5, knob
 
 
-def test_diloco_final_partial_round_is_synced():
-    """A run of 7 steps with H=3 ends with a one-step third round that still reaches θ."""
-    seven = run(tiny_run(dl.DiLoCo(inner_steps=3), steps=7, eval_every=7))
-    six = run(tiny_run(dl.DiLoCo(inner_steps=3), steps=6, eval_every=6))
-    # three syncs of the whole model by 8 workers (the third after the last step) ...
-    assert seven.final.comm_bytes == 3 * 8 * payload_bytes(seven.params)
-    assert six.final.comm_bytes == 2 * 8 * payload_bytes(six.params)
-    # ... so the seventh step's work is in the returned global parameters
-    assert max_abs_diff(seven.params, six.params) > 1e-4
+SYNC_LIMIT = dict(quorum=8, grace_safety=0.0, merge="mean", down_bits=32)
+
+
+def test_decoupled_in_its_synchronous_limit_is_diloco():
+    """Equal speeds, no failures, K = M, no grace, P = 1, τ = 0, b = 32, mean merge."""
+    diloco = run(tiny_run(dl.DiLoCo(inner_steps=3), steps=7))
+    dec = run(tiny_run(dl.DecoupledDiLoCo(inner_steps=3, fragments=1, overlap=0, bits=32,
+                                          **SYNC_LIMIT), steps=7))
+    assert_trees_close(diloco.params, dec.params)
+    np.testing.assert_array_equal(diloco.history.comm_bytes, dec.history.comm_bytes)
+    np.testing.assert_array_equal(diloco.history.sim_time_s, dec.history.sim_time_s)
+
+
+STREAMING = dict(inner_steps=3, fragments=2, overlap=1, mix=0.3, bits=4)
+
+
+@pytest.fixture(scope="module")
+def streaming8():
+    return run(tiny_run(dl.StreamingDiLoCo(**STREAMING), steps=8, eval_every=8))
+
+
+def test_decoupled_in_its_synchronous_limit_is_streaming(streaming8):
+    dec = run(tiny_run(dl.DecoupledDiLoCo(**STREAMING, **SYNC_LIMIT), steps=8, eval_every=8))
+    assert_trees_close(streaming8.params, dec.params)
+    assert dec.final.comm_bytes == streaming8.final.comm_bytes
+    # ... and RDA, the syncer's default merge, is another method
+    rda = run(tiny_run(dl.DecoupledDiLoCo(**STREAMING, **{**SYNC_LIMIT, "merge": "rda"}),
+                       steps=8, eval_every=8))
+    assert max_abs_diff(streaming8.params, rda.params) > 1e-4
+
+
+# --------------------------------------------------------------------------------------------
+# Streaming DiLoCo against a plain loop
+# --------------------------------------------------------------------------------------------
+
+
+def quantize_4bit(x):
+    """Symmetric absmax to 4 bits per row (a vector is one row), back to float."""
+    x = np.asarray(x, np.float64)
+    rows = x.reshape(-1, x.shape[-1]) if x.ndim >= 2 else x.reshape(1, -1)
+    scale = np.abs(rows).max(axis=1, keepdims=True) / 7.0
+    scale = np.where(scale > 0, scale, 1.0)
+    return (np.clip(np.round(rows / scale), -7, 7) * scale).reshape(x.shape)
+
+
+def streaming_by_hand(cfg, steps):
+    """P=2 fragments, overlap τ=1, mixing α, 4-bit Δ, SGD(0.5) inner, Nesterov(0.7, 0.9) outer;
+    fragment p is sent after steps ⌊(p+1)·3/2⌋ + 3k, i.e. fragment 0 after 1, 4, 7, fragment 1
+    after 3, 6; its new value is mixed in after step t + τ. At the end: apply what is due, then
+    average (plain mean, no momentum) every fragment that holds unsent work and is not in
+    flight."""
+    corpus, model, _, _ = setup(cfg)
+    algo, m = cfg.algorithm, cfg.workers
+    params = model.init(cfg.seed)
+    leaves, treedef = jax.tree.flatten(params)
+    glob = [np.asarray(x, np.float64) for x in leaves]
+    local = [[g.copy() for g in glob] for _ in range(m)]
+    frags = fragments(params, 2, "balanced")
+    momentum = [np.zeros_like(g) for g in glob]
+    send_after = {0: {1, 4, 7}, 1: {3, 6}}
+    grad = jax.jit(jax.grad(model.loss))
+    pending, since = [], [[0, 0] for _ in range(m)]
+    for t in range(1, steps + 1):
+        batch = corpus.batch(t - 1, seed=cfg.seed, workers=m, batch_size=cfg.batch_size,
+                             seq_len=cfg.seq_len)
+        for w in range(m):
+            g = jax.tree.leaves(grad(jax.tree.unflatten(treedef, [jnp.float32(x) for x in
+                                                                 local[w]]), batch[w]))
+            local[w] = [x - 0.5 * np.asarray(gi, np.float64) for x, gi in zip(local[w], g)]
+            since[w] = [s + 1 for s in since[w]]
+        for p in (0, 1):
+            if t in send_after[p]:
+                for i in frags[p]:
+                    delta = np.mean([quantize_4bit(glob[i] - local[w][i]) for w in range(m)], 0)
+                    momentum[i] = 0.9 * momentum[i] + delta
+                    glob[i] = glob[i] - 0.7 * (delta + 0.9 * momentum[i])
+                pending.append((t + algo.overlap, p, {i: glob[i].copy() for i in frags[p]}))
+        for due, p, value in [x for x in pending if x[0] == t]:
+            for w in range(m):
+                for i, v in value.items():
+                    local[w][i] = algo.mix * local[w][i] + (1 - algo.mix) * v
+                since[w][p] = 0
+    in_flight = {p for due, p, _ in pending if due > steps}
+    for p in (0, 1):
+        if p not in in_flight and since[0][p] > 0:
+            for i in frags[p]:
+                glob[i] = glob[i] - np.mean([quantize_4bit(glob[i] - local[w][i])
+                                             for w in range(m)], 0)
+    return jax.tree.unflatten(treedef, glob)
+
+
+@pytest.mark.parametrize("steps", [7, 8])
+def test_streaming_matches_a_plain_loop(steps, streaming8):
+    """α = 0.3 (a swapped mix would not look right), b = 4, 7 and 8 steps with H = 3: at 7,
+    fragment 0 is in flight and stays out of the end-of-run average; at 8, its arrival is
+    applied first and fragment 1 is averaged once more."""
+    cfg = tiny_run(dl.StreamingDiLoCo(**STREAMING), steps=steps, eval_every=steps)
+    library = streaming8 if steps == 8 else run(cfg)
+    assert_trees_close(library.params, streaming_by_hand(cfg, steps), rtol=1e-4, atol=2e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# The clock changes time, not the lock-step computation
+# --------------------------------------------------------------------------------------------
+
+
+def test_lock_step_numbers_do_not_depend_on_the_clock():
+    """A slow worker and a failure (the job stops and redoes the round) cost DiLoCo time, not
+    different parameters; elastic DiLoCo, which drops the failed worker, does differ."""
+    algo = dl.DiLoCo(inner_steps=3)
+    plain = run(tiny_run(algo, steps=6, eval_every=6))
+    slow = dl.Cluster(step_time_s=(1, 1, 1, 2, 1, 1, 1, 1), failures=((5, 7.5, 9.0),))
+    stressed = run(tiny_run(algo, steps=6, eval_every=6, cluster=slow))
+    assert_trees_close(plain.params, stressed.params, rtol=0, atol=0)
+    # by hand: round 1 ends at 6 s (worker 3 takes 2 s a step); in round 2 the seven others
+    # finish step 4 at 7 s, worker 5 fails at 7.5 s, everyone restarts round 2 at 9 s, and
+    # worker 3 ends it at 9 + 3·2 = 15 s. Lost: the seven steps done before the failure.
+    assert plain.final.sim_time_s == 6.0 and stressed.final.sim_time_s == 15.0
+    assert stressed.final.lost_steps == 7 and plain.final.lost_steps == 0
+    elastic = run(tiny_run(dl.DiLoCo(inner_steps=3, elastic=True), steps=6, eval_every=6,
+                           cluster=slow))
+    assert max_abs_diff(plain.params, elastic.params) > 1e-4
+    assert elastic.final.sim_time_s == 12.0  # no restart: worker 3 sets the pace

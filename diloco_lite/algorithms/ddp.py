@@ -62,19 +62,19 @@ class DDPDriver:
 
     def init(self, params):
         params = jax.device_put(params, self.mesh.sharding())
-        return params, jax.device_put(self.optimizer.init(params), self.mesh.sharding())
+        return params, jax.jit(self.optimizer.init)(params)
 
     def global_params(self, state):
         return state[0]
 
     def run(self, state, block, batches_MxNxBxL1, mask_MxN):
         params, opt_state = state
-        losses = None
+        losses = []
         for ev in block.events:
             if ev.kind != "close":
                 continue  # DDP holds no per-worker state: reloads have nothing to do
             share = (ev.weights * ev.weights.size / ev.weights.sum()).astype(np.float32)
             placed = jax.device_put((batches_MxNxBxL1[:, 0], share), self.mesh.sharding(AXIS))
             params, opt_state, loss = self.step_fn(params, opt_state, *placed)
-            losses = jnp.broadcast_to(loss, (mask_MxN.shape[0], 1))
+            losses.append(loss)  # one loss for every worker of the step
         return (params, opt_state), losses, []

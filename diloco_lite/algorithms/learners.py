@@ -177,7 +177,8 @@ class LearnersDriver:
         self.down_nbytes = ([down.tree_nbytes(take_leaves(params, f)) for f in self.frags]
                             if isinstance(algo, DecoupledDiLoCo) else [0] * len(self.frags))
         self.sizes = [sum(leaves[i].size for i in f) for f in self.frags]
-        state_bytes = sum(x.nbytes for x in jax.tree.leaves(optimizer.init(params)))
+        state_bytes = sum(x.size * x.dtype.itemsize
+                          for x in jax.tree.leaves(jax.eval_shape(optimizer.init, params)))
         self.rejoin_nbytes = 4 * sum(self.sizes) + state_bytes  # Θ (fp32) + a peer's state
         self.up = up
         self.outer_optimizer = resolve_outer_optimizer(algo)
@@ -186,28 +187,29 @@ class LearnersDriver:
         self.close = close_fn(mesh, self.outer_optimizer, up, down)
 
     def init(self, params) -> dict:
+        """The initial state (module docstring). Built from numpy and two small jitted calls, so
+        that setting up costs no per-shape compilation."""
         replicated, stacked = self.mesh.sharding(), self.mesh.sharding(AXIS)
         m = self.mesh.workers
-        stack = lambda x: jnp.broadcast_to(jnp.asarray(x), (m,) + jnp.shape(x))  # noqa: E731
-        glob = jax.device_put(params, replicated)
-        local = jax.device_put(jax.tree.map(stack, params), stacked)
-        sent = [jax.device_put(jax.tree.map(stack, [self.up.encode(jnp.zeros_like(x))
-                                                    for x in take_leaves(params, f)]), stacked)
-                for f in self.frags]
-        return {"global": glob,
-                "outer": [jax.device_put(self.outer_optimizer.init(take_leaves(glob, f)),
-                                         replicated) for f in self.frags],
-                "local": local, "base": jax.device_put(jax.tree.map(stack, params), stacked),
-                "inner": jax.device_put(jax.tree.map(stack, self.optimizer.init(params)),
-                                        stacked),
-                "sent": sent}
+        stack = lambda x: np.broadcast_to(np.asarray(x), (m,) + np.shape(x))  # noqa: E731
+        frags = [take_leaves(params, f) for f in self.frags]
+        inner = jax.jit(self.optimizer.init)(params)
+        outer = jax.jit(lambda fs: [self.outer_optimizer.init(f) for f in fs])(frags)
+        sent = jax.eval_shape(lambda fs: [[self.up.encode(x) for x in f] for f in fs], frags)
+        zeros = lambda s: np.zeros((m,) + s.shape, s.dtype)  # noqa: E731
+        return {"global": jax.device_put(params, replicated),
+                "outer": jax.device_put(outer, replicated),
+                "local": jax.device_put(jax.tree.map(stack, params), stacked),
+                "base": jax.device_put(jax.tree.map(stack, params), stacked),
+                "inner": jax.device_put(jax.tree.map(stack, jax.device_get(inner)), stacked),
+                "sent": jax.device_put(jax.tree.map(zeros, sent), stacked)}
 
     def global_params(self, state):
         return state["global"]
 
     def run(self, state, block, batches_MxNxBxL1, mask_MxN):
-        """One block: the inner steps, then the events. Returns (state, losses_MxN, diagnostics
-        of the closes as (fragment, flush, [3]) triples)."""
+        """One block: the inner steps, then the events. Returns (state, the losses of the inner
+        calls as a list of [M, n] arrays, the closes' diagnostics as (fragment, flush, [3]))."""
         state = dict(state)
         losses = []
         for start, n in _pieces(batches_MxNxBxL1.shape[1]):
@@ -246,7 +248,6 @@ class LearnersDriver:
                 state["local"], state["base"], state["inner"] = _reload(
                     state["local"], state["base"], state["inner"], state["global"],
                     self._on(ev.mask), jnp.asarray(ev.peer))
-        losses = jnp.concatenate(losses, axis=1) if losses else None
         return state, losses, diags
 
     def _on(self, mask_M: np.ndarray):

@@ -71,6 +71,7 @@ def plan_lockstep(rec: Recorder, schedule: Schedule, timeline: Timeline, *, step
                 check(restarts <= MAX_RESTARTS_PER_STEP * steps, "Cluster.failures",
                       timeline.cluster.failures, "rare enough that a lock-step round can finish")
                 rec.rollback(ckpt["mark"])
+                rec.wasted(sum(e <= hit[1][0] for e in end.values()))  # done before it failed
                 t, fin = ckpt["t"], [restart] * M
                 gate, pending = dict(ckpt["gate"]), list(ckpt["pending"])
                 continue

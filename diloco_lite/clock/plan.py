@@ -173,6 +173,11 @@ class Recorder:
                     since=copy.deepcopy(self.since), unsent=copy.deepcopy(self.unsent),
                     processed=self.c["processed"])
 
+    def wasted(self, n: int) -> None:
+        """`n` learner-steps were computed and then thrown away (not recorded as steps)."""
+        self.c["processed"] += n
+        self.c["lost"] += n
+
     def rollback(self, mark: dict) -> None:
         """Undo everything since `mark`: the steps are lost and will be done again."""
         del self.events[mark["events"]:]

@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import bandwidth as bw
 from ..config import DDP, DecoupledDiLoCo
+from . import bandwidth as bw
 
 PUBLISHED = {"ddp": 198.0, "decoupled_diloco": 0.84}
 METRIC = "required Gbit/s, 8 DCs"

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import goodput_closed as cf
 from ..config import check, check_int, check_positive
+from . import goodput_closed as cf
 
 SECONDS_PER_YEAR = 365.25 * 86400.0
 SCHEMES = ("dp", "elastic_dp", "decoupled")
