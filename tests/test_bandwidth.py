@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from diloco_lite.config import DDP, DecoupledDiLoCo, DiLoCo, StreamingDiLoCo
 from diloco_lite.systems import bandwidth as bw
 from diloco_lite.systems import bandwidth_report as report
-from diloco_lite.config import DDP, DecoupledDiLoCo, DiLoCo, StreamingDiLoCo
 
 N, T = 1e10, 1.6  # 10B parameters, 1.6 s per step
 RES = bw.RESOLUTION

@@ -122,7 +122,8 @@ def streaming_by_hand(cfg, steps):
         for w in range(m):
             g = jax.tree.leaves(grad(jax.tree.unflatten(treedef, [jnp.float32(x) for x in
                                                                  local[w]]), batch[w]))
-            local[w] = [x - 0.5 * np.asarray(gi, np.float64) for x, gi in zip(local[w], g)]
+            local[w] = [x - 0.5 * np.asarray(gi, np.float64)
+                        for x, gi in zip(local[w], g, strict=True)]
             since[w] = [s + 1 for s in since[w]]
         for p in (0, 1):
             if t in send_after[p]:
@@ -131,7 +132,7 @@ def streaming_by_hand(cfg, steps):
                     momentum[i] = 0.9 * momentum[i] + delta
                     glob[i] = glob[i] - 0.7 * (delta + 0.9 * momentum[i])
                 pending.append((t + algo.overlap, p, {i: glob[i].copy() for i in frags[p]}))
-        for due, p, value in [x for x in pending if x[0] == t]:
+        for _due, p, value in [x for x in pending if x[0] == t]:
             for w in range(m):
                 for i, v in value.items():
                     local[w][i] = algo.mix * local[w][i] + (1 - algo.mix) * v
