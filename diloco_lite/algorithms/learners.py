@@ -146,15 +146,11 @@ def _arrive(local_p, base_p, global_p, mask_M, alpha):
 
 
 @jax.jit
-def _reload(local, base, inner, global_params, mask_M, peer_M):
+def _reload(local, base, global_params, mask_M):
     def take(x_M, g):
         return jnp.where(mask_M.reshape((-1,) + (1,) * g.ndim), g[None], x_M)
 
-    def from_peer(x_M):
-        return jnp.where(mask_M.reshape((-1,) + (1,) * (x_M.ndim - 1)), x_M[peer_M], x_M)
-
-    return (jax.tree.map(take, local, global_params), jax.tree.map(take, base, global_params),
-            jax.tree.map(from_peer, inner))
+    return jax.tree.map(take, local, global_params), jax.tree.map(take, base, global_params)
 
 
 class LearnersDriver:
@@ -245,9 +241,13 @@ class LearnersDriver:
                 state["local"] = put_leaves(state["local"], idx, local)
                 state["base"] = put_leaves(state["base"], idx, base)
             elif ev.kind == "reload":
-                state["local"], state["base"], state["inner"] = _reload(
-                    state["local"], state["base"], state["inner"], state["global"],
-                    self._on(ev.mask), jnp.asarray(ev.peer))
+                state["local"], state["base"] = _reload(state["local"], state["base"],
+                                                        state["global"], self._on(ev.mask))
+                # a peer's inner state crosses devices: copied through the host (rare event)
+                source = np.where(ev.mask, ev.peer, np.arange(ev.mask.size))
+                state["inner"] = jax.device_put(
+                    jax.tree.map(lambda x: np.asarray(x)[source], jax.device_get(state["inner"])),
+                    self.mesh.sharding(AXIS))
         return state, losses, diags
 
     def _on(self, mask_M: np.ndarray):

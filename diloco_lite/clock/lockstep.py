@@ -111,7 +111,9 @@ def plan_lockstep(rec: Recorder, schedule: Schedule, timeline: Timeline, *, step
             rec.eval(t, max(now, gate.get(t, 0.0)))
         if sends and not elastic:
             ckpt = dict(mark=rec.mark(), t=t, gate=dict(gate), pending=list(pending))
-    now = done = max([fin[m] for m in range(M) if up[m]] + [gate.get(steps, 0.0)])
+    # the run is done when its steps are and every sync still in flight has landed
+    now = max([fin[m] for m in range(M) if up[m]] + [gate.get(steps, 0.0)])
+    done = max([now] + [gate[due] for due, _ in pending])
     if not ddp:
         in_flight = {p for _, p in pending}
         for p in range(schedule.fragments):

@@ -96,14 +96,16 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
     def down_time(p: int, t: float) -> float:
         return max(down_free, t) + link.busy_s(rec.down_nbytes[p]) + link.latency_s
 
-    def maybe_close(p: int, t: float) -> None:
+    def maybe_close(p: int, t: float, deadline: bool = False) -> None:
+        """Close fragment p's sync if it has its quorum and either nobody up is still to answer
+        or the grace window is over (`deadline`: answers of that very instant are in)."""
         nonlocal down_free
         s = syncs[p]
         if s is None or s.quorum_t is None:
             return
         waiting = [m for m in range(M) if up[m] and (p in asked[m] or m in set(s.sent) -
                                                      s.arrived)]
-        if waiting and t < s.deadline:
+        if waiting and not deadline:
             return
         for m in range(M):
             asked[m].discard(p)
@@ -140,6 +142,8 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
                 asked[m].add(p)
         elif kind == BOUNDARY:
             (m,) = data
+            if processed == budget:
+                continue  # finished at the very instant the budget ran out: not counted
             rec.step(m, k[m], t)
             k[m] += 1
             processed += 1
@@ -170,7 +174,7 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
         elif kind == DEADLINE:
             p, sid = data
             if syncs[p] is not None and syncs[p].id == sid:
-                maybe_close(p, t)
+                maybe_close(p, t, deadline=True)
         elif kind == PUBLISH:
             publish(*data, t)
         elif kind == APPLY:

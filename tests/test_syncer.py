@@ -1,0 +1,168 @@
+"""Decoupled DiLoCo's syncer on the simulated clock: quorum, grace, token weights, failures.
+
+Most tests read the plan (host only, no device): who is merged, with which weight, when. The
+last ones run the device: a returning learner really takes Θ and a peer's optimizer state, and
+a chaotic run finishes with finite numbers."""
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+import diloco_lite as dl
+from diloco_lite.algorithms import make_driver
+from diloco_lite.clock import Cluster, FailureRate
+from diloco_lite.clock.plan import Block, Event, make_plan
+from diloco_lite.training import setup
+from tests.helpers import tiny_run
+
+BL2 = float(16 * 64) ** 2  # (tokens per step)² with RunConfig's default batch 16 × 64
+
+
+def plan(cluster=None, workers=4, steps=12, **algo):
+    algo = dl.DecoupledDiLoCo(**{**dict(inner_steps=4, fragments=1, overlap=0, quorum=1),
+                                 **algo})
+    cfg = dl.RunConfig(algorithm=algo, workers=workers, steps=steps, cluster=cluster)
+    p = algo.fragments
+    return make_plan(cfg, up_nbytes=[100] * p, down_nbytes=[10] * p, sizes=[1] * p,
+                     rejoin_nbytes=0, eval_at=[steps])
+
+
+def events(pl, kind):
+    return [e for b in pl.blocks for e in b.events if e.kind == kind]
+
+
+def final(pl):
+    return events(pl, "eval")[-1].stats
+
+
+def sends_of(pl, m):
+    return [e for e in events(pl, "send") if e.mask[m]]
+
+
+@pytest.mark.parametrize("quorum", [1, 4])
+def test_equal_speeds_merge_everyone_with_equal_weights(quorum):
+    """Every learner answers at the instant of the ask: all of them are merged, even with K = 1
+    and no grace (τ = 0)."""
+    pl = plan(quorum=quorum)
+    closes = events(pl, "close")
+    assert len(closes) == 3 and all((c.weights == 4 * BL2).all() for c in closes)
+    assert [c.time_s for c in closes] == [4.0, 8.0, 12.0]
+    assert final(pl)["learner_steps"] == 48 and final(pl)["sim_time_s"] == 12.0
+    assert final(pl)["down_bytes"] == 3 * 4 * 10  # every learner gets every new fragment
+
+
+@pytest.mark.parametrize("safety, included", [(0.5, True), (0.1, False)])
+def test_grace_window_lets_a_slightly_late_learner_in(safety, included):
+    """Learner 3 takes 1.5 s a step: at the ask (4 s) it is mid-step, answering at 4.5 s with 3
+    steps. Quorum (K=1) at 4 s; slack = τ·t_ref − (t_quorum + t_sync) = 2·1 − 0, grace
+    = safety · 2: 1 s lets it in, 0.2 s does not."""
+    pl = plan(Cluster(step_time_s=(1, 1, 1, 1.5)), overlap=2, grace_safety=safety)
+    first = events(pl, "close")[0]
+    want = [4 * BL2] * 3 + ([3 * BL2] if included else [0.0])
+    np.testing.assert_array_equal(first.weights, want)  # w = tokens · tokens/steps
+    assert first.time_s == (4.5 if included else 4.2)
+
+
+def test_quorum_larger_than_the_learners_up_makes_the_syncer_wait():
+    """K = 4 and learner 1 down from 2.5 s to 9.5 s: the first merge waits until it is back and
+    has taken a step (10.5 s); the others never stop training meanwhile."""
+    pl = plan(Cluster(failures=((1, 2.5, 9.5),)), quorum=4)
+    first = events(pl, "close")[0]
+    assert first.time_s == 10.5
+    np.testing.assert_array_equal(first.weights, [4 * BL2, 1 * BL2, 4 * BL2, 4 * BL2])
+    stats = final(pl)
+    # the ask at 12 s waits too: learner 1, back at 9.5 s, answers at 12.5 s
+    assert stats["syncer_wait_s"] == pytest.approx(6.5 + 0.5)
+    assert stats["outer_steps"] == 2  # asks at 4 s (merged at 10.5 s) and 12 s (at 12.5 s)
+    assert stats["learner_steps"] == 48  # equal tokens: the others made up for learner 1
+    # with K = 1 nobody waits
+    assert final(plan(Cluster(failures=((1, 2.5, 9.5),))))["syncer_wait_s"] == 0.0
+
+
+def test_a_failed_learner_is_left_out_loses_its_work_and_comes_back_from_theta():
+    pl = plan(Cluster(failures=((2, 5.5, 9.0),)), steps=16)
+    (reload,) = events(pl, "reload")
+    assert reload.time_s == 9.0 and reload.peer[2] == 0 and reload.mask.tolist() == [
+        False, False, True, False]
+    sends = [s.time_s for s in sends_of(pl, 2)]
+    assert sends[:2] == [4.0, 12.0] and not [t for t in sends if 5.5 <= t <= 9.0]
+    closes = events(pl, "close")
+    assert closes[1].weights[2] == 0  # the merge at 8 s goes on without it
+    assert closes[2].weights[2] == 3 * BL2  # its first delta counts the 3 steps since reload
+    stats = final(pl)
+    assert stats["lost_steps"] == 1  # step 5, done at 5 s, never sent
+    assert stats["learner_steps"] == 64 and stats["outer_steps"] == 4
+
+
+def test_a_learner_that_never_comes_back_is_fine():
+    pl = plan(Cluster(failures=((1, 2.5, math.inf),)), steps=12)
+    stats = final(pl)
+    assert stats["learner_steps"] == 48 and stats["outer_steps"] >= 3
+    assert not events(pl, "reload") and all(s.time_s < 2.5 for s in sends_of(pl, 1))
+
+
+def test_chaos_plan_keeps_the_budget_and_every_merge_has_a_quorum():
+    chaos = Cluster(jitter=0.2, failures=FailureRate(mtbf_s=20.0, down_s=5.0), seed=1)
+    pl = plan(chaos, workers=8, steps=48, fragments=4, inner_steps=8, overlap=2, quorum=2)
+    stats = final(pl)
+    assert stats["learner_steps"] == 8 * 48 and stats["lost_steps"] > 0
+    assert all((c.weights > 0).sum() >= 2 for c in events(pl, "close") if not c.flush)
+    assert 0 < stats["goodput"] < 1
+    again = plan(chaos, workers=8, steps=48, fragments=4, inner_steps=8, overlap=2, quorum=2)
+    assert [e.time_s for e in events(again, "close")] == [e.time_s for e in events(pl, "close")]
+
+
+def test_arrivals_come_tau_own_steps_after_the_ask():
+    pl = plan(Cluster(step_time_s=(1, 1, 1, 2)), overlap=2, grace_safety=0.0)
+    arrivals = {m: [a.time_s for a in events(pl, "arrive") if a.mask[m]] for m in (0, 3)}
+    assert arrivals[0][0] == 6.0  # asked at 4 s (its step 4), applied after its step 6
+    assert arrivals[3][0] == 8.0  # at 4 s it is at its step 2: applied after its step 4
+
+
+# --------------------------------------------------------------------------------------------
+# On the device
+# --------------------------------------------------------------------------------------------
+
+
+def test_reload_takes_theta_and_a_peers_inner_state_and_masked_steps_keep_state():
+    cfg = tiny_run(dl.DecoupledDiLoCo(inner_steps=2, fragments=1, overlap=0), workers=4,
+                   inner_optimizer=None)
+    corpus, model, mesh, optimizer = setup(cfg)
+    params = model.init(0)
+    driver = make_driver(cfg, model, mesh, optimizer, params)
+    state = driver.init(params)
+    batches = np.stack([np.stack([corpus.batch(k, seed=0, workers=4, batch_size=2, seq_len=16)[m]
+                                  for k in range(3)]) for m in range(4)])
+    mask = np.array([[True] * 3, [True] * 3, [True, False, False], [False] * 3])
+    block = Block(np.array([3, 3, 1, 0]), np.zeros(4, int), [])
+    state, _, _ = driver.run(state, block, batches, mask)
+    get = lambda tree, m: [np.asarray(x)[m] for x in jax.tree.leaves(tree)]  # noqa: E731
+    # learner 3 took no step: bit for bit its initial parameters (and base)
+    for a, b in zip(get(state["local"], 3), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert not all(np.array_equal(a, b) for a, b in zip(get(state["local"], 0),
+                                                         jax.tree.leaves(params), strict=True))
+    reload = Event("reload", 0.0, mask=np.array([False, False, True, False]),
+                   peer=np.array([0, 1, 0, 3]))
+    state, _, _ = driver.run(state, Block(np.zeros(4, int), np.zeros(4, int), [reload]),
+                             batches[:, :0], mask[:, :0])
+    for a, b in zip(get(state["local"], 2), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(a, b)  # Θ (nothing merged yet: the initial parameters)
+    for a, b in zip(get(state["base"], 2), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(a, b)  # its next Δ is measured from what it loaded
+    for a, b in zip(get(state["inner"], 2), get(state["inner"], 0), strict=True):
+        np.testing.assert_array_equal(a, b)  # learner 0's AdamW state, step count included
+
+
+def test_a_chaotic_run_finishes_with_finite_numbers_and_keeps_its_outer_steps():
+    chaos = Cluster(jitter=0.3, failures=FailureRate(mtbf_s=6.0, down_s=3.0), seed=2)
+    cfg = tiny_run(dl.DecoupledDiLoCo(inner_steps=3, fragments=2, overlap=1), steps=12,
+                   eval_every=4, cluster=chaos)
+    result = dl.train(cfg, progress=False)
+    h = result.history
+    assert np.isfinite(h[["train_loss", "val_loss"]].to_numpy()).all()
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(result.params))
+    assert (np.diff(h.outer_steps) >= 0).all() and h.outer_steps.iloc[-1] > 0
+    assert h.learner_steps.iloc[-1] == 8 * 12 and h.lost_steps.iloc[-1] > 0
