@@ -61,8 +61,8 @@ class DDPDriver:
         self.rejoin_nbytes = 0  # parameters and optimizer state are replicated already
 
     def init(self, params):
-        params = jax.device_put(params, self.mesh.sharding())
-        return params, jax.jit(self.optimizer.init)(params)
+        opt_state = jax.jit(self.optimizer.init)(params)  # before placement: one small compile
+        return jax.device_put((params, opt_state), self.mesh.sharding())
 
     def global_params(self, state):
         return state[0]
