@@ -1,9 +1,11 @@
 """`python -m diloco_lite bench`: speed measured against a minimal hand-written JAX loop.
 
-Prints ratios (library / hand-written, target ≤ 1.10 for DDP; DiLoCo inner step / DDP step of
-the same per-worker batch, target ≤ 1.05), tokens/s, achieved model FLOP/s as a fraction of this
-machine's measured matmul peak, the cost of one DiLoCo sync, and the bandwidth sweep's time.
-Timings alternate A/B over several rounds and report medians (machines here are noisy).
+Prints ratios (targets in brackets): the library's DDP step / a hand-written one (≤ 1.10); a
+DiLoCo inner step / a DDP step of the same per-worker batch (≤ 1.05); Decoupled DiLoCo's cost
+per learner-step, every learner up and equally fast, events included / a DiLoCo inner step
+(≤ 1.25); tokens/s and model FLOP/s against this machine's measured matmul peak; the cost of
+one DiLoCo sync; the bandwidth sweep's time. Timings alternate A/B over several rounds and
+report medians (machines here are noisy). `--stress` runs several trainings at once (`stress`).
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ def _time(fn, steps: int = STEPS) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def _paired(a, b, rounds: int = ROUNDS) -> tuple[float, float, float]:
+def _paired(a, b, rounds: int = ROUNDS, steps: int = STEPS) -> tuple[float, float, float]:
     """Median seconds of a and b, and the median of the per-round ratios a/b."""
     ta, tb = [], []
     for _ in range(rounds):
-        ta.append(_time(a))
-        tb.append(_time(b))
+        ta.append(_time(a, steps))
+        tb.append(_time(b, steps))
     return statistics.median(ta), statistics.median(tb), statistics.median(
         x / y for x, y in zip(ta, tb, strict=True))
 
@@ -63,15 +65,38 @@ def hand_written_ddp_step(model, mesh, optimizer):
                                  out_specs=(jax.P(), jax.P(), jax.P()), check_vma=False))
 
 
+def plan_runner(config, corpus, model, mesh, optimizer, params):
+    """`run()`: every block of `config`'s plan on the device, batches prepared beforehand (the
+    cost of the method: inner steps and sync events, without evaluation or data loading)."""
+    import jax
+
+    from .algorithms import make_driver
+    from .clock.plan import make_plan
+    from .training import _block_batches
+
+    driver = make_driver(config, model, mesh, optimizer, params)
+    plan = make_plan(config, up_nbytes=driver.up_nbytes, down_nbytes=driver.down_nbytes,
+                     sizes=driver.sizes, rejoin_nbytes=driver.rejoin_nbytes, eval_at=[])
+    blocks = [(b, *_block_batches(corpus, config, b)) for b in plan.blocks]
+    state0 = driver.init(params)
+
+    def run():
+        state = jax.tree.map(lambda x: x.copy(), state0)  # the inner call donates its buffers
+        for block, batches, mask in blocks:
+            state, _, _ = driver.run(state, block, batches, mask)
+        jax.block_until_ready(state)
+
+    return run
+
+
 def bench(config=None) -> dict:
     """Run every measurement and print a report; returns the numbers."""
     import jax
 
-    from .algorithms.ddp import DDPDriver
-    from .algorithms.diloco import DiLoCoDriver
-    from .config import DiLoCo, RunConfig
+    from .algorithms.ddp import DDPDriver, ddp_step_fn
+    from .algorithms.learners import inner_fn
+    from .config import DecoupledDiLoCo, DiLoCo, RunConfig
     from .model import count_params, model_flops_per_token
-    from .outer import take_leaves
     from .systems import bandwidth
     from .training import setup
 
@@ -79,15 +104,17 @@ def bench(config=None) -> dict:
     corpus, model, mesh, optimizer = setup(config)
     params = model.init(0)
     batch = corpus.batch(0, seed=0, workers=config.workers, batch_size=config.batch_size,
-                         seq_len=config.seq_len)[None]
-    out = {"devices": mesh.devices, "workers": config.workers}
+                         seq_len=config.seq_len)
+    out = {"devices": mesh.devices, "workers": config.workers,
+           "device_kind": jax.devices()[0].device_kind}
 
     # 1. DDP: library step vs the hand-written one, same model, batch, optimizer.
-    ddp = DDPDriver(model, mesh, optimizer)
+    ddp = DDPDriver(model, mesh, optimizer, params)
     state = ddp.init(params)
-    placed = ddp.place_batches(batch)
+    placed = jax.device_put((batch, np.ones(config.workers, np.float32)), mesh.sharding("workers"))
     hand = hand_written_ddp_step(model, mesh, optimizer)
-    lib_fn = lambda: jax.block_until_ready(ddp.step_fn(*state, placed[0]))  # noqa: E731
+    lib_step = ddp_step_fn(model, mesh, optimizer, donate=False)
+    lib_fn = lambda: jax.block_until_ready(lib_step(*state, *placed))  # noqa: E731
     hand_fn = lambda: jax.block_until_ready(hand(*state, placed[0]))  # noqa: E731
     t_lib, t_hand, ratio = _paired(lib_fn, hand_fn)
     tokens = config.tokens_per_step
@@ -97,21 +124,30 @@ def bench(config=None) -> dict:
                tokens_per_s=tokens / t_lib, model_flops_per_s=flops / t_lib,
                matmul_peak_flops_per_s=peak, mfu=flops / t_lib / peak)
 
-    # 2. DiLoCo: one inner step (inside the H-step scan) vs one DDP step; one sync.
-    h = 10
-    cfg = dataclasses.replace(config, algorithm=DiLoCo(inner_steps=h), steps=10 * h)
-    diloco = DiLoCoDriver(cfg.algorithm, model, mesh, optimizer, total_steps=cfg.steps)
-    dstate = diloco.init(params)
-    batches = diloco.place_batches(np.repeat(batch, h, axis=0))
-    inner = lambda: jax.block_until_ready(  # noqa: E731
-        diloco.inner(dstate["local"], dstate["inner"], batches))
-    t_inner, t_ddp, inner_ratio = _paired(lambda: inner(), lib_fn, rounds=3)
-    every = diloco.frags[0]  # DiLoCo: one fragment holding every tensor
-    g, loc = take_leaves(dstate["global"], every), take_leaves(dstate["local"], every)
-    sync = lambda: jax.block_until_ready(diloco.sync(g, dstate["outer"][0], loc))  # noqa: E731
-    t_sync = statistics.median(_time(sync) for _ in range(3))
-    out.update(diloco_inner_step_s=t_inner / h, diloco_inner_vs_ddp=inner_ratio / h,
-               diloco_sync_s=t_sync, diloco_sync_vs_ddp_step=t_sync / t_ddp)
+    # 2. DiLoCo's inner step (inside an H-step scan, every mask on) against a DDP step.
+    h, steps = 10, 40
+    stacked = lambda tree: jax.device_put(  # noqa: E731
+        jax.tree.map(lambda x: np.broadcast_to(x, (config.workers,) + np.shape(x)), tree),
+        mesh.sharding("workers"))
+    local, inner_state = stacked(params), stacked(jax.device_get(optimizer.init(params)))
+    batches = jax.device_put((np.repeat(batch[:, None], h, axis=1),
+                              np.ones((config.workers, h), bool)), mesh.sharding("workers"))
+    inner = inner_fn(model, mesh, optimizer, donate=False)
+    inner_call = lambda: jax.block_until_ready(inner(local, inner_state, *batches))  # noqa: E731
+    t_inner, _, inner_ratio = _paired(inner_call, lib_fn, rounds=3)
+    out.update(diloco_inner_step_s=t_inner / h, diloco_inner_vs_ddp=inner_ratio / h)
+
+    # 3. Whole plans of equal length, every learner up and equally fast, events included:
+    #    DiLoCo (H=10) and Decoupled DiLoCo (H=10, P=4, τ=2), per step of all M learners.
+    base = dataclasses.replace(config, steps=steps)
+    diloco = plan_runner(dataclasses.replace(base, algorithm=DiLoCo(inner_steps=h)),
+                         corpus, model, mesh, optimizer, params)
+    decoupled = plan_runner(dataclasses.replace(base, algorithm=DecoupledDiLoCo(
+        inner_steps=h, fragments=4, overlap=2)), corpus, model, mesh, optimizer, params)
+    t_dec, t_dil, _ = _paired(decoupled, diloco, rounds=3, steps=1)
+    out.update(diloco_plan_step_s=t_dil / steps, decoupled_plan_step_s=t_dec / steps,
+               diloco_plan_vs_inner=t_dil / steps / (t_inner / h),
+               decoupled_vs_inner=t_dec / steps / (t_inner / h))
 
     # 3. The bandwidth simulator's full sweep.
     out.update({f"bandwidth_{k}": v for k, v in bandwidth.bench_sweep().items()})
@@ -120,7 +156,7 @@ def bench(config=None) -> dict:
 
 
 def _report(o: dict) -> None:
-    print(f"diloco_lite bench — {o['workers']} workers on {o['devices']} devices\n")
+    print(f"diloco_lite bench — {o['workers']} workers on {o['devices']} × {o['device_kind']}\n")
     print(f"DDP step         library {o['ddp_step_s'] * 1e3:8.2f} ms   hand-written "
           f"{o['hand_step_s'] * 1e3:8.2f} ms   ratio {o['ddp_vs_hand']:.3f}  (target <= 1.10)")
     print(f"throughput       {o['tokens_per_s']:,.0f} tokens/s   "
@@ -128,6 +164,7 @@ def _report(o: dict) -> None:
           f"matmul peak ({o['matmul_peak_flops_per_s'] / 1e9:.1f} GFLOP/s)")
     print(f"DiLoCo inner     {o['diloco_inner_step_s'] * 1e3:8.2f} ms/step   ratio to a DDP step "
           f"{o['diloco_inner_vs_ddp']:.3f}  (target <= 1.05)")
-    print(f"DiLoCo sync      {o['diloco_sync_s'] * 1e3:8.2f} ms   = "
-          f"{o['diloco_sync_vs_ddp_step']:.2f} DDP steps")
+    print(f"whole plans      per step of all learners, events included, / a DiLoCo inner step: "
+          f"DiLoCo H=10 {o['diloco_plan_vs_inner']:.3f}; Decoupled H=10 P=4 τ=2 "
+          f"{o['decoupled_vs_inner']:.3f}  (target <= 1.25)")
     print(f"bandwidth sweep  {o['bandwidth_sweep_s']:.3f} s for {o['bandwidth_cases']} cases")

@@ -18,7 +18,10 @@ Batches are a pure function of `(seed, step)` and the shapes (data/README.md has
 - `split="by_genre"` (non-i.i.d.): the training genres form `G = min(workers, 6)` groups
   (`genre_groups`); worker `m` draws `batch_size` offsets inside group `m % G` with
   `np.random.default_rng([seed, step, m])`. A sequence stays inside one genre (it may cross a
-  play boundary within it). These batches are *not* invariant to the worker count.
+  play boundary within it). These batches are *not* invariant to the worker count, and when
+  `workers` is not a multiple of G some groups are read by more workers than others: with 8
+  workers and 6 groups, groups 0 and 1 (workers 0, 6 and 1, 7) make up 2/8 of every batch, the
+  other four 1/8 each (notebook 02 shows the table).
 """
 
 from __future__ import annotations

@@ -57,11 +57,12 @@ from IPython.display import display
 from jax.flatten_util import ravel_pytree
 
 from diloco_lite import experiments, plots
-from diloco_lite.algorithms.diloco import diagnostics_fn, inner_fn, sync_fn
-from diloco_lite.comm import collective_bytes, payload_bytes
+from diloco_lite.algorithms.learners import close_fn, diagnostics, inner_fn
+from diloco_lite.comm import collective_bytes
 from diloco_lite.model import build_model, count_params
 from diloco_lite.outer import default_outer_optimizer
 from diloco_lite.steps import resolve_inner_optimizer
+from diloco_lite.wire import WireFormat
 
 dl.enable_compilation_cache()  # sweeps recompile the same programs: keep them on disk
 QUICK = dl.quick_mode()  # DILOCO_LITE_QUICK=1: fewer steps and a smaller model, same code
@@ -177,7 +178,7 @@ for t in range(check_cfg.steps):
         theta, velocity = outer_nesterov(theta, velocity, delta)
         local = stack(theta)  # every worker restarts from the new θ (AdamW state kept)
 
-library = run(check_cfg)  # the library's DiLoCoDriver, through dl.train
+library = run(check_cfg)  # the library's driver, through dl.train
 jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5),
              theta, library.params)
 x_BxL = corpus.eval_batches(1, batch_size=8, seq_len=L)[0, :, :-1]
@@ -198,33 +199,44 @@ print(f"θ by hand == θ from dl.train after {check_cfg.steps // H} rounds "
 #
 # The library runs the H inner steps of all workers as **one** compiled call:
 # `lax.scan` over the steps of `vmap` over a device's workers, inside `shard_map` over the
-# 8 devices. `collective_bytes` compiles it and lists every collective in the optimized HLO.
-# The inner loop should have none; the sync exactly one all-reduce, of the whole model.
+# 8 devices (each step has a per-worker mask, which Decoupled DiLoCo needs in notebook 04; here
+# it is always on). `collective_bytes` compiles it and lists every collective in the optimized
+# HLO. The inner loop should have none. The sync has exactly one: an **all-gather** of what
+# every worker sends, its Δ_m through the wire format (32 bits here), after which every device
+# averages the M deltas itself and takes the same outer step. Its result is M payloads: what
+# the workers sent, which is what a run books.
 
 # %%
-mesh = dl.worker_mesh(M, devices=jax.devices("cpu"))
+mesh = dl.worker_mesh(M)  # the devices the library uses (a Colab GPU or TPU, if there is one)
 on_workers, replicated = mesh.sharding("workers"), mesh.sharding()
 local_s = jax.device_put(stack(theta0), on_workers)
 state_s = jax.device_put(stack(inner_opt.init(theta0)), on_workers)
 batches = jax.device_put(np.zeros((M, H, B, L + 1), np.int32), on_workers)
-inner_ops = collective_bytes(inner_fn(model, mesh, inner_opt), local_s, state_s, batches)
-glob = jax.device_put(theta0, replicated)
-sync_ops = collective_bytes(sync_fn(mesh, outer, 32), glob, outer.init(glob), local_s)
+every_step = jax.device_put(np.ones((M, H), bool), on_workers)
+inner_ops = collective_bytes(inner_fn(model, mesh, inner_opt), local_s, state_s, batches,
+                             every_step)
+wire = WireFormat(32)
+leaves = jax.tree.leaves(theta0)
+sent = jax.device_put(stack([wire.encode(x) for x in leaves]), on_workers)
+glob = jax.device_put(leaves, replicated)
+sync_ops = collective_bytes(close_fn(mesh, outer, wire, wire), glob, outer.init(glob), sent,
+                            jnp.ones(M), mean_leaves=None, rda=False, flush=False)
+model_bytes = wire.tree_nbytes(theta0)
 print(f"inner loop ({H} steps): {len(inner_ops['ops'])} collectives")
-print(f"sync: {sync_ops['by_kind']} — the model is {payload_bytes(theta0):,} bytes in fp32")
+print(f"sync: {sync_ops['by_kind']} — {M} workers × {model_bytes:,} bytes (the model in fp32)")
 assert inner_ops["ops"] == []
-assert sync_ops["by_kind"] == {"all-reduce": payload_bytes(theta0)}
+assert sync_ops["by_kind"] == {"all-gather": M * model_bytes}
 
 # %% [markdown]
-# Every worker contributes one model's worth of bytes per sync, so a run books
+# Every worker sends one model's worth of bytes per sync, so a run books
 # `M × model bytes × number of syncs`, against `M × model bytes × steps` for DDP: the ratio is
-# exactly H. (A ring all-reduce moves 2(M−1)/M of the payload per worker on the wire; that
-# factor is the same for both methods and is left to notebook 05.)
+# exactly H. (On a real network an all-reduce moves 2(M−1)/M of the payload per worker along a
+# ring; that factor is the same for both methods and is left to notebook 05.)
 
 # %%
 syncs = check_cfg.steps // H
-assert library.final.comm_bytes == M * payload_bytes(theta0) * syncs
-print(f"DiLoCo: {syncs} syncs × {M} workers × {payload_bytes(theta0):,} B "
+assert library.final.comm_bytes == M * model_bytes * syncs
+print(f"DiLoCo: {syncs} syncs × {M} workers × {model_bytes:,} B "
       f"= {library.final.comm_bytes:,.0f} B; DDP would send {H}× that")
 
 # %% [markdown]
@@ -286,14 +298,29 @@ show_figures("m_sweep", m_sweep)
 # %% [markdown]
 # ## 7. Non-i.i.d. shards: every worker reads different plays
 #
-# With `split="by_genre"` the training genres form 6 groups and worker m only ever reads group
-# m mod 6: comedies, histories, tragedies, ... each on their own worker. For DDP the split
-# only changes which sequences make up the global batch ("DDP by genre" isolates that); for
-# DiLoCo the workers also *train* on different distributions for H steps.
+# With `split="by_genre"` the training genres form G = min(M, 6) groups and worker m only ever
+# reads group m mod G: comedies, histories, tragedies, ... each on their own worker. For DDP
+# the split only changes which sequences make up the global batch ("DDP by genre" isolates
+# that); for DiLoCo the workers also *train* on different distributions for H steps.
+#
+# **Mind the arithmetic:** with M = 8 workers and 6 groups, workers 6 and 7 read groups 0 and 1
+# again, so those two groups make up 2/8 of every global batch and the other four 1/8 each —
+# the by-genre runs do not weigh the genres as the i.i.d. runs do (whose weights follow each
+# genre's share of the characters). The table shows who reads what:
 
 # %%
-for m, group in enumerate(corpus.genre_groups(M)):
-    print(f"workers {m}{', ' + str(m + 6) if m + 6 < M else ''}: {', '.join(group)}")
+groups = corpus.genre_groups(M)
+train_plays = corpus.plays[corpus.plays.split == "train"]
+chars = train_plays.groupby("genre").chars.sum()
+who = pd.DataFrame([{"group": g, "genres": ", ".join(genres),
+                     "workers": ", ".join(str(m) for m in range(M) if m % len(groups) == g),
+                     "share of a by-genre batch": sum(m % len(groups) == g for m in range(M)) / M,
+                     "share of the characters (i.i.d.)": chars[list(genres)].sum() / chars.sum()}
+                    for g, genres in enumerate(groups)])
+display(who.style.format({"share of a by-genre batch": "{:.1%}",
+                          "share of the characters (i.i.d.)": "{:.1%}"}).hide(axis="index"))
+
+# %%
 shards = run_group("shards")
 display(pd.DataFrame({k: h.iloc[-1] for k, h in shards.items()}).T[
     ["val_loss", "val_accuracy", "pseudo_grad_cosine", "worker_drift"]])
@@ -320,8 +347,10 @@ show_figures("shards", shards)
 # data were easy, or H is short). **c ≈ 0**: their moves are mostly noise orthogonal to each
 # other; the average shrinks like 1/√M and only the shared signal survives — the outer step gets
 # small (Decoupled DiLoCo's RDA merge restores the norm). **c < 0**: they pull
-# against each other. By hand on the last round of section 3, against the library's
-# `diagnostics_fn`:
+# against each other. The library measures it inside the sync, from the deltas it has just
+# gathered (no extra communication): by hand on the last round of section 3, against
+# `learners.diagnostics`. (The history's `worker_drift` is the root mean ‖Δ_m‖² and
+# `pseudo_grad_norm` the norm of the merged Δ of the whole model.)
 
 # %%
 theta_b, local_b = last_round
@@ -331,10 +360,16 @@ norms_M = jnp.linalg.norm(flat_MxN, axis=1)
 cos_MxM = (flat_MxN @ flat_MxN.T) / jnp.outer(norms_M, norms_M)
 cos = (jnp.sum(cos_MxM) - M) / (M * (M - 1))  # mean over m ≠ n
 mean_norm = jnp.linalg.norm(flat_MxN.mean(0))
-lib = diagnostics_fn(mesh)(jax.device_put(theta_b, replicated), jax.device_put(local_b, on_workers))
-print(f"by hand: ‖mean Δ‖ {mean_norm:.4f}, cosine {cos:.4f}, mean ‖Δ_m‖ {norms_M.mean():.4f}")
-print("library:", ", ".join(f"{float(x):.4f}" for x in lib))
-np.testing.assert_allclose([mean_norm, cos, norms_M.mean()], [float(x) for x in lib], rtol=1e-4)
+deltas_M = [g[None] - loc for g, loc in zip(jax.tree.leaves(theta_b), jax.tree.leaves(local_b),
+                                            strict=True)]
+merged = [d.mean(0) for d in deltas_M]
+lib_sq, lib_cos, lib_drift_sq = (float(x) for x in diagnostics(deltas_M, jnp.ones(M), merged))
+print(f"by hand: ‖mean Δ‖ {mean_norm:.4f}, cosine {cos:.4f}, "
+      f"root mean ‖Δ_m‖² {jnp.sqrt(jnp.mean(norms_M ** 2)):.4f}")
+print(f"library: ‖mean Δ‖ {lib_sq ** 0.5:.4f}, cosine {lib_cos:.4f}, "
+      f"root mean ‖Δ_m‖² {lib_drift_sq ** 0.5:.4f}")
+np.testing.assert_allclose([mean_norm, cos, jnp.sqrt(jnp.mean(norms_M ** 2))],
+                           [lib_sq ** 0.5, lib_cos, lib_drift_sq ** 0.5], rtol=1e-4)
 print(f"equal-norm estimate ‖Δ‖·√((1+(M−1)c)/M) = "
       f"{norms_M.mean() * jnp.sqrt((1 + (M - 1) * cos) / M):.4f}")
 

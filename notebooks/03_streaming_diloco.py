@@ -52,12 +52,11 @@ import pandas as pd
 from IPython.display import display
 
 from diloco_lite import experiments, plots
-from diloco_lite.algorithms.diloco import DiLoCoDriver, mix
-from diloco_lite.comm import payload_bytes
+from diloco_lite.algorithms.learners import arrive
+from diloco_lite.clock.schedule import Schedule
 from diloco_lite.model import build_model
 from diloco_lite.outer import fragments, take_leaves
-from diloco_lite.quantize import fake_quantize
-from diloco_lite.steps import resolve_inner_optimizer
+from diloco_lite.wire import WireFormat
 
 dl.enable_compilation_cache()  # sweeps recompile the same programs: keep them on disk
 QUICK = dl.quick_mode()  # DILOCO_LITE_QUICK=1: fewer steps and a smaller model, same code
@@ -82,8 +81,8 @@ def run(cfg):
 #
 # - **balanced** (the library's default, the Decoupled DiLoCo paper's choice): greedy
 #   bin-packing, largest tensor first into the currently lightest fragment;
-# - **layers**: consecutive tensors in pytree order (block_0, block_1, …, embed, ln_f, pos), cut
-#   into P runs of similar size — close to the paper's layer-wise split, but tensors are
+# - **layers**: consecutive tensors in depth order (embeddings, block_0, block_1, …, final norm),
+#   cut into P runs of similar size — close to the paper's layer-wise split, but tensors are
 #   indivisible, so some fragments come out heavier.
 #
 # The balanced split by hand, then against `outer.fragments`:
@@ -112,7 +111,7 @@ for how in ("balanced", "layers"):
     for p, idx in enumerate(fragments(params, P, how)):
         rows.append({"fragmentation": how, "fragment": p, "tensors": len(idx),
                      "values": sum(sizes[i] for i in idx),
-                     "bytes (fp32)": payload_bytes(take_leaves(params, idx), 32),
+                     "bytes (fp32)": WireFormat(32).tree_nbytes(take_leaves(params, idx)),
                      "largest tensor": max(idx, key=lambda i: sizes[i])})
 frag_table = pd.DataFrame(rows)
 frag_table["largest tensor"] = [names[i] for i in frag_table["largest tensor"]]
@@ -123,34 +122,34 @@ print("heaviest / lightest fragment:", spread.round(2).to_dict())
 # %% [markdown]
 # ## 2. The schedule, and the peak bytes per step
 #
-# Fragment p syncs after the inner steps t where (t − t_p) mod H = 0, with offsets
-# t_p = ⌊(p + 1)·H / P⌋ mod H spread over the period. Each fragment still syncs once every H
-# steps — the **total** bytes are DiLoCo's — but at most one fragment leaves at any step, so
-# the **peak** per step is the heaviest fragment, not the whole model. By hand, against the
-# library's driver:
+# Fragment p is sent after the inner steps t where (t − t_p) mod H = 0, with offsets
+# t_p = ⌊(p + 1)·H / P⌋ spread over the period (the last fragment goes on the H-th step, like
+# DiLoCo's whole model). Each fragment still syncs once every H steps — the **total** bytes are
+# DiLoCo's — but at most one fragment leaves at any step, so the **peak** per step is the
+# heaviest fragment, not the whole model. By hand, against the library's one `Schedule` (the
+# same object drives the training runs, the bandwidth simulator of notebook 05 and Decoupled
+# DiLoCo's syncer in notebook 04):
 
 # %%
-offsets = [((p + 1) * H // P) % H for p in range(P)]
-driver = DiLoCoDriver(cfg.algorithm, model, dl.worker_mesh(M, devices=jax.devices("cpu")),
-                      resolve_inner_optimizer(cfg), total_steps=cfg.steps)
-assert offsets == driver.offsets
+offsets = [(p + 1) * H // P for p in range(P)]
+schedule = Schedule.of(cfg.algorithm)
+assert offsets == [schedule.offset(p) for p in range(P)]
 timeline = {t: [p for p in range(P) if (t - offsets[p]) % H == 0] for t in range(1, 2 * H + 1)}
-assert all(timeline[t] == driver.scheduled_sends(t) for t in timeline)
+assert all(timeline[t] == schedule.sends_after(t) for t in timeline)
 print("offsets t_p:", offsets)
 print("step → fragments sent:", {t: f for t, f in timeline.items() if f})
 
 
 def peak_bytes(algo):  # M workers × the heaviest step of one period of the schedule
     frags = fragments(params, algo.fragments, algo.fragmentation)
-    frag_bytes = [payload_bytes(take_leaves(params, f), algo.bits) for f in frags]
-    offs = [((p + 1) * algo.inner_steps // algo.fragments) % algo.inner_steps
-            for p in range(algo.fragments)]
+    frag_bytes = [WireFormat(algo.bits).tree_nbytes(take_leaves(params, f)) for f in frags]
+    offs = [(p + 1) * algo.inner_steps // algo.fragments for p in range(algo.fragments)]
     return M * max(sum(b for b, o in zip(frag_bytes, offs, strict=True)
                        if (t - o) % algo.inner_steps == 0)
                    for t in range(1, algo.inner_steps + 1))
 
 
-print(f"peak per step: DiLoCo {M * payload_bytes(params):,} B, "
+print(f"peak per step: DiLoCo {M * WireFormat(32).tree_nbytes(params):,} B, "
       f"P={P} balanced {peak_bytes(cfg.algorithm):,} B")
 
 # %% [markdown]
@@ -164,22 +163,29 @@ print(f"peak per step: DiLoCo {M * payload_bytes(params):,} B, "
 # θ_{m,p} ← α·θ_{m,p} + (1 − α)·θ̃_p
 #
 # α = 0 throws away the worker's last τ steps on that fragment (plain replacement, DiLoCo's
-# rule); α = 0.5 keeps half of them. By hand on three workers, against the library's `mix`:
+# rule); α = 0.5 keeps half of them. The worker also records θ̃_p as its *base*: its next
+# pseudo-gradient is measured from there. By hand on three workers, against the library's
+# `arrive` (which also takes a mask: only the workers it names take the fragment):
 
 # %%
 local_MxD = jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])  # three workers' fragment
 arrived_D = jnp.array([10.0, 20.0])  # the new global fragment θ̃_p
+everyone = jnp.ones(3, bool)
 for alpha in (0.0, 0.5):
     by_hand = alpha * local_MxD + (1 - alpha) * arrived_D
-    np.testing.assert_allclose(mix([local_MxD], [arrived_D], alpha)[0], by_hand)
+    new_local, new_base = arrive([local_MxD], [local_MxD], [arrived_D], everyone, alpha)
+    np.testing.assert_allclose(new_local[0], by_hand)
+    np.testing.assert_allclose(new_base[0], jnp.broadcast_to(arrived_D, (3, 2)))
     print(f"α = {alpha}: {by_hand.tolist()}")
 
 # %% [markdown]
 # ## 4. Quantization: 4 bits per value, plus a scale per row
 #
 # Symmetric absmax quantization: each row gets a scale s = max|x| / 7, each value is sent as the
-# integer round(x / s) ∈ [−7, 7] (4 bits), and the receiver multiplies back. By hand on a
-# 2 × 6 tensor, against `quantize.fake_quantize`:
+# integer round(x / s) ∈ [−7, 7] (4 bits), and the receiver multiplies back. Two 4-bit codes
+# share a byte (offset by 7 so that they are 0..14). By hand on a 2 × 6 tensor, against the
+# library's one wire format, `WireFormat(4)`, whose payload is what the compiled sync really
+# all-gathers (uint8 codes and fp32 scales):
 
 # %%
 x = jnp.array([[0.30, -0.12, 0.05, 0.0, -0.28, 0.21],
@@ -190,21 +196,28 @@ x_hat = q * scale
 print("integers sent:\n", np.asarray(q), "\nscales:", np.asarray(scale).ravel())
 print("max error:", float(jnp.max(jnp.abs(x_hat - x))), "≤ half a step:",
       (np.asarray(scale).ravel() / 2).round(4))
-np.testing.assert_allclose(fake_quantize(x, 4), x_hat, rtol=1e-6)
-assert payload_bytes(x, 32) == 12 * 4 and payload_bytes(x, 4) == 12 // 2 + 2 * 4
+wire = WireFormat(4)
+payload = wire.encode(x)
+u = np.asarray(q, np.int32) + 7  # 0..14: fits in 4 bits
+packed = (u[:, 0::2] | (u[:, 1::2] << 4)).astype(np.uint8)  # two codes a byte, low nibble first
+np.testing.assert_array_equal(payload["codes"], packed)
+np.testing.assert_allclose(wire.decode(payload, x.shape), x_hat, rtol=1e-6)
+assert WireFormat(32).nbytes(x.shape) == 12 * 4 and wire.nbytes(x.shape) == 12 // 2 + 2 * 4
+print("codes on the wire (uint8):", np.asarray(payload["codes"]).tolist())
 
 # %% [markdown]
 # For the whole model: 4 bits is 1/8 of the fp32 values, plus 4 bytes of scale per row (one per
 # row of every matrix, one per vector). A row of n values costs n/2 bytes in 4 bits, so its
 # scale adds 8/n: 12.5% for rows of 64, 25% for rows of 32 — small models pay more for scales.
+# (16 bits travel as bfloat16 and need no scale.)
 
 # %%
 values = sum(sizes)
 rows_ = sum(x.shape[0] if x.ndim == 2 else 1 for x in jax.tree.leaves(params))
 by_hand = values // 2 + 4 * rows_
-assert payload_bytes(params, 4) == by_hand
-ratio = payload_bytes(params, 4) / payload_bytes(params, 32)
-print(f"{values:,} values: fp32 {payload_bytes(params, 32):,} B, 4-bit {by_hand:,} B "
+assert wire.tree_nbytes(params) == by_hand
+ratio = by_hand / WireFormat(32).tree_nbytes(params)
+print(f"{values:,} values: fp32 {WireFormat(32).tree_nbytes(params):,} B, 4-bit {by_hand:,} B "
       f"= {ratio:.4f} of fp32 (1/8 = 0.125, + {4 * rows_:,} B of scales)")
 
 # %% [markdown]

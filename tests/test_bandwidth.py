@@ -283,10 +283,10 @@ def test_curve_and_default_window_match_long_runs(alg):
         assert u == pytest.approx(util(alg, b, latency_s=0.2, steps=300 * period), abs=1e-9)
 
 
-def test_bench_sweep_is_fast():
+def test_bench_sweep_covers_every_case():
+    """(Its speed is `make bench`'s business, not a test's.)"""
     out = bw.bench_sweep()
-    assert out["cases"] == 60
-    assert out["sweep_s"] < 10
+    assert out["cases"] == len(bw.SWEEP_METHODS) * len(bw.SWEEP_MODELS) * len(bw.SWEEP_TARGETS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,10 +359,21 @@ def test_sensitivity_moves_what_it_should():
 
 
 def test_reproduce_job_rows(tmp_path):
+    """The rows carry the reconstruction's numbers, and those follow the closed forms of the
+    module docstring (not a value the report computed): B_ddp = u·S/(T(1−u) + u·h) with
+    S = n·16·1.75 bits and h = (2T/3)(1 − 1/32); B_dec = u·n·4/24 bits per step / T."""
     rows = report.reproduce_job(tmp_path, quick=True)
     keys = {"experiment", "method", "metric", "value", "published", "config"}
     assert rows and all(set(r) == keys and r["experiment"] == "bandwidth" for r in rows)
-    published = {r["method"]: r["published"] for r in rows if r["metric"] == report.METRIC}
-    assert published == {"ddp": 198.0, "decoupled_diloco": 0.84}
+    ours = {r["method"]: r["value"] for r in rows if r["metric"] == report.METRIC}
+    n, t, u = 12e9, 1.9, 0.8
+    s, h = n * 16 * 2 * 7 / 8, (2 * t / 3) * (1 - 1 / 32)
+    assert ours["ddp"] == pytest.approx(u * s / (t * (1 - u) + u * h) / 1e9, rel=2 * RES)
+    assert ours["decoupled_diloco"] == pytest.approx(u * n * 4 / 24 / t / 1e9, rel=2 * RES)
+    # ... which is the published pair, within 1%
+    assert ours["ddp"] == pytest.approx(198, rel=0.01)
+    assert ours["decoupled_diloco"] == pytest.approx(0.84, rel=0.01)
+    speedups = [r["value"] for r in rows if r["metric"].startswith("wall-clock speed-up")]
+    assert len(speedups) == 4 and all(x > 20 for x in speedups)
     for name in ("bandwidth_utilization", "bandwidth_required", "bandwidth_sensitivity"):
         assert (tmp_path / f"{name}.svg").exists() and (tmp_path / f"{name}.png").exists()

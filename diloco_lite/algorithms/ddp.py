@@ -25,7 +25,7 @@ from ..steps import inner_step
 from ..wire import WireFormat
 
 
-def ddp_step_fn(model, mesh, optimizer):
+def ddp_step_fn(model, mesh, optimizer, donate: bool = True):
     """Jitted `step(params, opt_state, batch_MxBxL1, share_M) -> (params, opt_state, loss)`.
 
     `share_M` weighs each worker's loss: M·w_m / Σw (all ones when every worker is up; 0 for
@@ -46,7 +46,7 @@ def ddp_step_fn(model, mesh, optimizer):
     sharded = jax.shard_map(local_step, mesh=mesh.mesh,
                             in_specs=(jax.P(), jax.P(), jax.P(AXIS), jax.P(AXIS)),
                             out_specs=(jax.P(), jax.P(), jax.P()), check_vma=False)
-    return jax.jit(sharded, donate_argnums=(0, 1))
+    return jax.jit(sharded, donate_argnums=(0, 1) if donate else ())
 
 
 class DDPDriver:

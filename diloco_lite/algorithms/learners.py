@@ -51,7 +51,7 @@ from ..wire import WireFormat
 MEAN_MERGED = ("embed", "pos")  # top-level parameter names merged by the weighted mean in RDA
 
 
-def inner_fn(model, mesh, optimizer):
+def inner_fn(model, mesh, optimizer, donate: bool = True):
     """Jitted `inner(local_M, state_M, batches_MxNxBxL1, mask_MxN) -> (local, state, loss_MxN)`."""
 
     def one_learner(params, opt_state, batches_NxBxL1, mask_N):
@@ -67,7 +67,7 @@ def inner_fn(model, mesh, optimizer):
 
     spec = jax.P(AXIS)
     return jax.jit(jax.shard_map(jax.vmap(one_learner), mesh=mesh.mesh, in_specs=(spec,) * 4,
-                                 out_specs=(spec,) * 3), donate_argnums=(0, 1))
+                                 out_specs=(spec,) * 3), donate_argnums=(0, 1) if donate else ())
 
 
 def send_fn(mesh, wire: WireFormat):
@@ -134,7 +134,10 @@ def diagnostics(deltas_M: list, weights_M: jax.Array, merged: list) -> jax.Array
 
 
 @jax.jit
-def _arrive(local_p, base_p, global_p, mask_M, alpha):
+def arrive(local_p, base_p, global_p, mask_M, alpha):
+    """The learners in `mask_M` take the fragment: θ ← α·θ + (1−α)·Θ and base ← Θ (lists of the
+    fragment's leaves: `local_p`, `base_p` stacked [M, ...], `global_p` one copy)."""
+
     def take(x_M, g):
         on = mask_M.reshape((-1,) + (1,) * g.ndim)
         return jnp.where(on, alpha * x_M + (1 - alpha) * g[None], x_M)
@@ -234,7 +237,7 @@ class LearnersDriver:
                 diags.append((p, ev.flush, diag))
             elif ev.kind == "arrive":
                 idx = self.frags[ev.fragment]
-                local, base = _arrive(take_leaves(state["local"], idx),
+                local, base = arrive(take_leaves(state["local"], idx),
                                       take_leaves(state["base"], idx),
                                       take_leaves(state["global"], idx), self._on(ev.mask),
                                       self.alpha)
@@ -244,11 +247,15 @@ class LearnersDriver:
                 state["local"], state["base"] = _reload(state["local"], state["base"],
                                                         state["global"], self._on(ev.mask))
                 # a peer's inner state crosses devices: copied through the host (rare event)
-                source = np.where(ev.mask, ev.peer, np.arange(ev.mask.size))
-                state["inner"] = jax.device_put(
-                    jax.tree.map(lambda x: np.asarray(x)[source], jax.device_get(state["inner"])),
-                    self.mesh.sharding(AXIS))
+                state["inner"] = self._from_peers(state["inner"], ev)
         return state, losses, diags
+
+    def _from_peers(self, inner, ev):
+        """Each reloading learner's inner state from its peer's: across devices, so through the
+        host (a rare event)."""
+        source = np.where(ev.mask, ev.peer, np.arange(ev.mask.size))
+        host = jax.tree.map(lambda x: np.asarray(x)[source], jax.device_get(inner))
+        return jax.device_put(host, self.mesh.sharding(AXIS))
 
     def _on(self, mask_M: np.ndarray):
         return jax.device_put(mask_M, self.mesh.sharding(AXIS))

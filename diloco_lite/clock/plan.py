@@ -68,10 +68,12 @@ class Plan:
 class Recorder:
     """Collects a planner's events and counters; `finish()` turns them into a `Plan`.
 
-    Counters (host-side, exact): learner-steps processed (every step computed), useful (whose
-    work reached the global model through a merge) and lost (to a failure or a restart), bytes
-    up (learners → merge) and down (syncer → learners, and rejoin downloads), the per-step peak
-    of bytes up (bins of one reference step of simulated time), outer steps, quorum waits.
+    Counters (host-side, exact): learner-steps processed (every step computed) and lost (thrown
+    away by a failure — a learner's steps since its last merge — or by a lock-step restart),
+    bytes up (learners → merge) and down (syncer → learners, and rejoin downloads), the per-step
+    peak of bytes up (bins of one reference step of simulated time), outer steps, quorum waits.
+    Goodput, as notebook 06 defines it for a whole cluster: (processed − lost) learner-steps per
+    learner-step the cluster could have done at nominal speed in the elapsed time.
     """
 
     def __init__(self, timeline: Timeline, *, up_nbytes, down_nbytes, sizes, rejoin_nbytes=0,
@@ -87,8 +89,7 @@ class Recorder:
         self.times = [[] for _ in range(m)]
         self.since = [[0] * p for _ in range(m)]  # steps since the learner's base of fragment p
         self.unsent = [[0] * p for _ in range(m)]  # steps not yet in any merge of fragment p
-        self.c = dict(processed=0, useful=0.0, lost=0.0, up=0, down=0, outer_steps=0,
-                      syncer_wait_s=0.0)
+        self.c = dict(processed=0, lost=0.0, up=0, down=0, outer_steps=0, syncer_wait_s=0.0)
         self.bins: dict[int, int] = {}
         self.frag = [dict(up_bytes=0, down_bytes=0, syncs=0) for _ in range(p)]
 
@@ -127,7 +128,6 @@ class Recorder:
         w = np.zeros(self.M, np.float32)
         for m, x in weights.items():
             w[m] = x
-            self.c["useful"] += self.share[p] * self.unsent[m][p]
             self.unsent[m][p] = 0
         down = receivers * self.down_nbytes[p]
         self.c["down"] += down
@@ -162,7 +162,8 @@ class Recorder:
                      comm_bytes=self.c["up"], down_bytes=self.c["down"], peak_step_bytes=peak,
                      peak_gbps=peak * 8 / self.timeline.t_ref / 1e9,
                      outer_steps=self.c["outer_steps"], syncer_wait_s=self.c["syncer_wait_s"],
-                     goodput=self.c["useful"] / offered if offered > 0 else math.nan,
+                     goodput=(self.c["processed"] - self.c["lost"]) / offered if offered > 0
+                     else math.nan,
                      learner_steps=self.c["processed"], lost_steps=self.c["lost"])
         self.events.append(Event("eval", t, stats=stats))
 

@@ -1,9 +1,4 @@
-"""The named training experiments of notebooks 02–03 and `python -m diloco_lite reproduce`.
-
-    cfgs = groups(quick)["h_sweep"]                      # {label: RunConfig}
-    histories = {label: train(cfg).history for label, cfg in cfgs.items()}
-    charts = figures("h_sweep", histories)               # {figure name: altair chart}
-    table = rows("h_sweep", histories)                   # results-table rows
+"""Notebooks 02–03's experiments: DDP, DiLoCo and Streaming DiLoCo at equal tokens.
 
 Groups (full mode: 8 workers × 16 sequences × 64 characters per step, 600 steps):
 
@@ -16,10 +11,7 @@ Groups (full mode: 8 workers × 16 sequences × 64 characters per step, 600 step
 - `streaming`: DDP, DiLoCo H=50 and Streaming DiLoCo with P=4 fragments (balanced vs layers),
   overlap τ ∈ {0, 1, 5}, mixing α ∈ {0, 0.5} and bits ∈ {32, 4}.
 
-Quick mode (`DILOCO_LITE_QUICK=1`, CI) keeps every group, label count and code path but shrinks
-the run: 40 steps, a 1-layer d=32 model, 4 sequences per worker (`base_config`), H scaled down
-(H ∈ {1, 4, 8, 20}, reference H=8) so that several syncs still happen. Every config leaves the
-optimizers at their defaults (None), so `repr(config)` identifies a run (runs are cached by it).
+Quick mode: H ∈ {1, 4, 8, 20}, reference H = 8 (see the package docstring).
 """
 
 from __future__ import annotations
@@ -28,13 +20,9 @@ import dataclasses
 
 import pandas as pd
 
-from .config import DDP, DiLoCo, ModelConfig, RunConfig, StreamingDiLoCo, check
+from ..config import DiLoCo, RunConfig, StreamingDiLoCo
+from . import H_REF, H_SWEEP, WORKER_COUNTS, base_config, describe
 
-FULL_STEPS, QUICK_STEPS = 600, 40
-H_SWEEP = {False: (1, 10, 50, 200), True: (1, 4, 8, 20)}
-H_REF = {False: 50, True: 8}  # the DiLoCo H every other group uses
-WORKER_COUNTS = (2, 4, 8, 16)
-QUICK_MODEL = ModelConfig(d_model=32, n_layers=1, n_heads=2)
 GROUPS = ("h_sweep", "m_sweep", "shards", "streaming")
 
 # Published figures (NUMBERS.md) the rows are compared with.
@@ -47,19 +35,6 @@ PUBLISHED = {
     "overlap_cost_pct": 0.2,  # tau <= 5 inner steps costs < 0.2%
     "four_bit_loss_ratio": 1.0,  # 4-bit outer gradients: no measurable regression
 }
-
-
-def base_config(quick: bool, **overrides) -> RunConfig:
-    """The default run: DDP, 8 workers × 16 sequences × 64 characters, default model, default
-    AdamW inner optimizer, 600 steps. Quick: 40 steps of a 1-layer d=32 model on 4 sequences
-    per worker, at a higher peak lr (1e-2) with a 5-step warm-up, evaluated on 2 batches —
-    smaller numbers, same code paths."""
-    base = dict(algorithm=DDP(), workers=8, batch_size=16, seq_len=64, steps=FULL_STEPS)
-    if quick:
-        base.update(steps=QUICK_STEPS, batch_size=4, model=QUICK_MODEL, learning_rate=1e-2,
-                    warmup_steps=5, eval_batches=2)
-    base.update(overrides)
-    return RunConfig(**base)
 
 
 def groups(quick: bool) -> dict[str, dict[str, RunConfig]]:
@@ -113,10 +88,8 @@ def streaming_label(algo: StreamingDiLoCo) -> str:
 
 def figures(group: str, histories: dict[str, pd.DataFrame]) -> dict[str, object]:
     """Figure name -> Altair chart for `group`'s histories ({label: RunResult.history})."""
-    from .plots import diloco as dp
+    from ..plots import diloco as dp
 
-    _check_group(group)
-    histories = {k: getattr(v, "history", v) for k, v in histories.items()}
     if group == "h_sweep":
         return {
             "diloco_h_sweep": dp.curves(histories, "DDP vs DiLoCo at equal tokens: the H sweep"),
@@ -144,8 +117,6 @@ def rows(group: str, histories: dict[str, pd.DataFrame]) -> list[dict]:
     """Results-table rows (experiment, method, metric, value, published, config): final
     held-out accuracy and loss, total and peak bytes per method, and the ratios that a
     published figure speaks about."""
-    _check_group(group)
-    histories = {k: getattr(v, "history", v) for k, v in histories.items()}
     configs = _configs(group, histories)
     final = {k: h.iloc[-1] for k, h in histories.items()}
     out = []
@@ -178,25 +149,9 @@ def rows(group: str, histories: dict[str, pd.DataFrame]) -> list[dict]:
     return out
 
 
-def describe(cfg: RunConfig) -> str:
-    """A one-line summary of a config for the results table."""
-    a = cfg.algorithm
-    fields = {"inner_steps": "H", "fragments": "P", "fragmentation": "", "overlap": "tau",
-              "mix": "alpha", "bits": "bits"}
-    algo = " ".join([a.name] + [f"{s}={getattr(a, f)}" if s else str(getattr(a, f))
-                                for f, s in fields.items() if hasattr(a, f)])
-    m = cfg.model
-    return (f"{algo}; M={cfg.workers} B={cfg.batch_size}/worker L={cfg.seq_len} "
-            f"steps={cfg.steps} split={cfg.split} model d={m.d_model} layers={m.n_layers}")
-
-
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _check_group(group: str) -> None:
-    check(group in GROUPS, "group", group, f"one of {GROUPS}")
 
 
 def _configs(group: str, histories: dict[str, pd.DataFrame]) -> dict[str, RunConfig]:

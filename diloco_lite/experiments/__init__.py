@@ -1,0 +1,84 @@
+"""The named training experiments of notebooks 02–04 and `python -m diloco_lite reproduce`.
+
+    cfgs = groups(quick)["h_sweep"]                      # {label: RunConfig}
+    histories = {label: train(cfg).history for label, cfg in cfgs.items()}
+    charts = figures("h_sweep", histories)               # {figure name: altair chart}
+    table = rows("h_sweep", histories)                   # results-table rows
+
+| group                                   | notebook | module       |
+|-----------------------------------------|----------|--------------|
+| h_sweep, m_sweep, shards, streaming     | 02, 03   | `diloco`     |
+| slow, chaos, ablations                  | 04       | `decoupled`  |
+
+Full mode: 8 workers × 16 sequences × 64 characters per step, 600 steps (reference H = 50).
+Quick mode (`DILOCO_LITE_QUICK=1`, CI) keeps every group, label and code path but shrinks the
+run: 40 steps, a 1-layer d=32 model, 4 sequences per worker (`base_config`), H scaled down
+(reference H = 8) so that several syncs still happen. Every config leaves the optimizers at
+their defaults (None), so `repr(config)` identifies a run (runs are cached by it).
+"""
+
+from __future__ import annotations
+
+from ..config import DDP, ModelConfig, RunConfig, check
+
+FULL_STEPS, QUICK_STEPS = 600, 40
+H_SWEEP = {False: (1, 10, 50, 200), True: (1, 4, 8, 20)}
+H_REF = {False: 50, True: 8}  # the DiLoCo H every other group uses
+WORKER_COUNTS = (2, 4, 8, 16)
+QUICK_MODEL = ModelConfig(d_model=32, n_layers=1, n_heads=2)
+
+
+def base_config(quick: bool, **overrides) -> RunConfig:
+    """The default run: DDP, 8 workers × 16 sequences × 64 characters, default model, default
+    AdamW inner optimizer, 600 steps. Quick: 40 steps of a 1-layer d=32 model on 4 sequences
+    per worker, at a higher peak lr (1e-2) with a 5-step warm-up, evaluated on 2 batches —
+    smaller numbers, same code paths."""
+    base = dict(algorithm=DDP(), workers=8, batch_size=16, seq_len=64, steps=FULL_STEPS)
+    if quick:
+        base.update(steps=QUICK_STEPS, batch_size=4, model=QUICK_MODEL, learning_rate=1e-2,
+                    warmup_steps=5, eval_batches=2)
+    base.update(overrides)
+    return RunConfig(**base)
+
+
+def describe(cfg: RunConfig) -> str:
+    """A one-line summary of a config for the results table."""
+    a = cfg.algorithm
+    fields = {"inner_steps": "H", "fragments": "P", "fragmentation": "", "overlap": "tau",
+              "mix": "alpha", "bits": "bits", "down_bits": "down_bits", "quorum": "K",
+              "grace_safety": "grace", "merge": "merge", "elastic": "elastic"}
+    algo = " ".join([a.name] + [f"{s}={getattr(a, f)}" if s else str(getattr(a, f))
+                                for f, s in fields.items() if hasattr(a, f)])
+    m = cfg.model
+    text = (f"{algo}; M={cfg.workers} B={cfg.batch_size}/worker L={cfg.seq_len} "
+            f"steps={cfg.steps} split={cfg.split} model d={m.d_model} layers={m.n_layers}")
+    return text + (f"; {cfg.cluster}" if cfg.cluster is not None else "")
+
+
+from . import decoupled, diloco  # noqa: E402  (they use the helpers above)
+
+_MODULES = {**dict.fromkeys(diloco.GROUPS, diloco), **dict.fromkeys(decoupled.GROUPS, decoupled)}
+GROUPS = tuple(_MODULES)
+
+
+def groups(quick: bool) -> dict[str, dict[str, RunConfig]]:
+    """Group name -> {label: RunConfig}, for every group of every notebook."""
+    return {**diloco.groups(quick), **decoupled.groups(quick)}
+
+
+def figures(group: str, histories: dict) -> dict[str, object]:
+    """Figure name -> Altair chart for `group`'s histories ({label: history or RunResult})."""
+    check(group in GROUPS, "group", group, f"one of {GROUPS}")
+    return _MODULES[group].figures(group, {k: getattr(v, "history", v)
+                                           for k, v in histories.items()})
+
+
+def rows(group: str, histories: dict) -> list[dict]:
+    """Results-table rows (experiment, method, metric, value, published, config)."""
+    check(group in GROUPS, "group", group, f"one of {GROUPS}")
+    return _MODULES[group].rows(group, {k: getattr(v, "history", v)
+                                        for k, v in histories.items()})
+
+
+def streaming_label(algo) -> str:
+    return diloco.streaming_label(algo)
