@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: reproduce test bench lint notebooks-sync clean
+.PHONY: reproduce test bench stress lint notebooks-sync clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ test: $(STAMP)
 ## make bench: speed against a minimal hand-written JAX loop (ratios, tokens/s, FLOP/s)
 bench: $(STAMP)
 	$(PY) -m diloco_lite bench
+
+## make stress: several trainings at once on this machine, 3 rounds; counts the runs that finish
+stress: $(STAMP)
+	$(PY) -m diloco_lite bench --stress
 
 ## make notebooks-sync: regenerate every .ipynb (outputs stripped) from its .py source of truth
 notebooks-sync: $(STAMP)

@@ -17,15 +17,20 @@ def main(argv=None) -> int:
     rep.add_argument("--only", default="training,bandwidth,goodput",
                      help="comma-separated subset of: training, bandwidth, goodput")
     rep.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    sub.add_parser("bench", help="speed against a minimal hand-written JAX loop")
+    bench = sub.add_parser("bench", help="speed against a minimal hand-written JAX loop")
+    bench.add_argument("--stress", action="store_true",
+                       help="instead: several trainings at once, 3 rounds (a busy machine)")
     args = parser.parse_args(argv)
 
     import diloco_lite as dl
 
     dl.emulate_devices(int(os.environ.get("DILOCO_LITE_DEVICES", "8")))
     if args.command == "bench":
-        from .bench import bench
+        from .bench import bench, stress
 
+        if args.stress:
+            counts = stress()
+            return 0 if counts["passed"] == sum(counts.values()) else 1
         bench()
         return 0
     from .reproduce import reproduce

@@ -168,3 +168,32 @@ def _report(o: dict) -> None:
           f"DiLoCo H=10 {o['diloco_plan_vs_inner']:.3f}; Decoupled H=10 P=4 τ=2 "
           f"{o['decoupled_vs_inner']:.3f}  (target <= 1.25)")
     print(f"bandwidth sweep  {o['bandwidth_sweep_s']:.3f} s for {o['bandwidth_cases']} cases")
+
+
+def stress(runs: int = 3, rounds: int = 3, steps: int = 200, timeout_s: float = 1800.0) -> dict:
+    """Several DDP trainings at once, each in its own process with 8 emulated devices, `rounds`
+    times: on 2 cores this is the busy machine on which XLA's CPU collectives used to abort or
+    hang (`devices`). A run passes if it finishes within `timeout_s`; prints and returns the
+    counts (passed, failed: non-zero exit, timed out)."""
+    import subprocess
+    import sys
+
+    code = ("import diloco_lite as dl; dl.emulate_devices(8); "
+            f"r = dl.train(dl.RunConfig(steps={steps}), progress=False); "
+            "print(float(r.final.val_loss))")
+    counts = {"passed": 0, "failed": 0, "timed out": 0}
+    for i in range(rounds):
+        start = time.perf_counter()
+        procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(runs)]
+        for p in procs:
+            try:
+                p.communicate(timeout=max(1.0, timeout_s - (time.perf_counter() - start)))
+                counts["passed" if p.returncode == 0 else "failed"] += 1
+            except subprocess.TimeoutExpired:
+                p.kill()
+                counts["timed out"] += 1
+        print(f"round {i + 1}/{rounds}: {runs} concurrent runs of {steps} DDP steps, "
+              f"{time.perf_counter() - start:.0f} s; so far {counts}", flush=True)
+    print(f"stress: {counts['passed']} of {runs * rounds} runs passed")
+    return counts

@@ -20,15 +20,26 @@ from .config import check, check_int
 AXIS = "workers"
 
 
-# XLA's CPU collectives abort the whole process when a participant is late by 40 s, which a
-# busy 2-core laptop or Colab runtime reaches with 8 emulated devices. We raise both limits
-# (unless the user set them in XLA_FLAGS). The flags exist from jaxlib 0.8.0 on; an older XLA
-# rejects unknown flags fatally, so they are only set where they exist.
+# Emulated devices on few cores, and what goes wrong on a busy machine (notebooks and CI run on
+# 2 cores). XLA:CPU runs one thread per emulated device in a pool as large as the device count
+# (no spare), and a collective blocks its thread until every device has arrived:
+# - a late device (the machine is busy) makes XLA abort the process after 40 s: we raise that
+#   limit (`COLLECTIVE_TIMEOUTS`; the flags exist from jaxlib 0.8.0 on, and an older XLA rejects
+#   unknown flags fatally, so they are only set where they exist);
+# - the next dispatched programs can hold the pool's threads while a collective still waits for
+#   its last participants: a deadlock. The training loop therefore waits for each block before it
+#   dispatches the next (`training.train`), and a watchdog ends a run that stops progressing with
+#   a message that says what to do;
+# - when the devices alone keep every core busy, XLA's own multi-threaded matmuls only compete
+#   for the same cores, and their async work shares the pool a collective can block: we turn
+#   them off (`--xla_cpu_multi_thread_eigen=false`; about as fast, measured with `make bench`).
+# Every flag is left alone when the user set it in XLA_FLAGS.
 COLLECTIVE_TIMEOUTS_SINCE = (0, 8, 0)
 COLLECTIVE_TIMEOUTS = {
     "xla_cpu_collective_call_warn_stuck_timeout_seconds": 120,
     "xla_cpu_collective_call_terminate_timeout_seconds": 1800,
 }
+SINGLE_THREADED_OPS = "xla_cpu_multi_thread_eigen"
 DEVICES_ENV = "DILOCO_LITE_DEVICES"
 
 
@@ -38,15 +49,16 @@ def emulate_devices(n: int = 8) -> int:
     Call it first, in a fresh process or kernel: XLA fixes the CPU device count when its backend
     starts. Idempotent: calling it again with the same `n` is fine. `$DILOCO_LITE_DEVICES`, when
     set, overrides `n` (the single-device test lane sets it to 1: 8 workers then share one
-    device, as on a one-chip Colab GPU or TPU). It also raises XLA's CPU collective timeouts
-    (`COLLECTIVE_TIMEOUTS`) unless `XLA_FLAGS` already names them. On a machine with an
-    accelerator the setting only affects the CPU backend; the worker mesh uses the accelerator.
+    device, as on a one-chip Colab GPU or TPU). It also sets the XLA flags of the comment above
+    (`COLLECTIVE_TIMEOUTS`, and single-threaded ops when n ≥ the cores), unless `XLA_FLAGS`
+    already names them. On a machine with an accelerator the setting only affects the CPU
+    backend; the worker mesh uses the accelerator.
     """
     check_int("n", n, 1, 512)
     if os.environ.get(DEVICES_ENV):
         n = int(os.environ[DEVICES_ENV])
         check_int(f"${DEVICES_ENV}", n, 1, 512)
-    _raise_collective_timeouts()
+    _set_xla_flags(n)
     import jax
 
     try:
@@ -63,17 +75,18 @@ def emulate_devices(n: int = 8) -> int:
     return n
 
 
-def _raise_collective_timeouts() -> None:
+def _set_xla_flags(n: int) -> None:
     import importlib.metadata
 
+    wanted = {SINGLE_THREADED_OPS: "false"} if n >= (os.cpu_count() or 1) and n > 1 else {}
     try:
         version = importlib.metadata.version("jaxlib")
     except importlib.metadata.PackageNotFoundError:
-        return
-    if tuple(int(x) for x in re.findall(r"\d+", version)[:3]) < COLLECTIVE_TIMEOUTS_SINCE:
-        return
+        version = "0"
+    if tuple(int(x) for x in re.findall(r"\d+", version)[:3]) >= COLLECTIVE_TIMEOUTS_SINCE:
+        wanted.update(COLLECTIVE_TIMEOUTS)
     flags = os.environ.get("XLA_FLAGS", "")
-    extra = [f"--{k}={v}" for k, v in COLLECTIVE_TIMEOUTS.items() if k not in flags]
+    extra = [f"--{k}={v}" for k, v in wanted.items() if k not in flags]
     if extra:
         os.environ["XLA_FLAGS"] = " ".join([flags, *extra]).strip()
 

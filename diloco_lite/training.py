@@ -106,9 +106,14 @@ def train(config: RunConfig, *, progress: bool = True) -> RunResult:
     rows, losses, diags, start = [], [], [], time.perf_counter()
     done = np.zeros(config.workers, int)
     bar = _progress(config, progress)
+    watchdog = Watchdog(run_label(config))
     for block in plan.blocks:
         batches, mask = _block_batches(corpus, config, block)
         state, block_losses, block_diags = driver.run(state, block, batches, mask)
+        # Wait for the block before dispatching the next: programs queued ahead can hold XLA:CPU's
+        # device threads while a collective waits for its last participants (`devices`).
+        jax.block_until_ready(state)
+        watchdog.beat()
         if block_losses:
             losses.append((block_losses, block.steps))
         diags += block_diags
@@ -121,11 +126,52 @@ def train(config: RunConfig, *, progress: bool = True) -> RunResult:
             diags = []
             bar.set_postfix(val=f"{val_loss:.3f}", acc=f"{val_acc:.3f}")
     bar.close()
+    watchdog.stop()
     history = _history(rows, losses, plan)
     params = jax.device_get(driver.global_params(state))
     fragments = pd.DataFrame(plan.fragments).rename_axis("fragment").reset_index()
     return RunResult(config=config, history=history, params=params, n_params=n_params,
                      fragments=fragments, counters=plan.final)
+
+
+class Watchdog:
+    """Ends the process, with a message that says what to do, when a run makes no progress for
+    `stall_s` seconds (`$DILOCO_LITE_STALL_S`, default 600): a run stuck in XLA's CPU
+    collectives cannot be interrupted from Python, and would otherwise hang (or be killed by XLA
+    much later with a cryptic message). Progress is a finished block (a few inner steps)."""
+
+    def __init__(self, label: str, stall_s: float | None = None):
+        import os
+        import threading
+
+        self.label = label
+        self.stall_s = float(stall_s or os.environ.get("DILOCO_LITE_STALL_S", 600))
+        self.last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def beat(self) -> None:
+        self.last = time.monotonic()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        import os
+        import sys
+
+        while not self._stop.wait(min(10.0, self.stall_s / 4)):
+            if time.monotonic() - self.last > self.stall_s:
+                print(f"\ndiloco_lite: {self.label} has made no progress for {self.stall_s:.0f} s: "
+                      "the emulated devices' collectives look stuck (XLA:CPU, more devices than "
+                      "cores, a busy machine). Exiting now. What to do: restart the kernel (or "
+                      "process) and run again; close other heavy programs; or emulate fewer "
+                      "devices (DILOCO_LITE_DEVICES=4, or dl.emulate_devices(4): the workers are "
+                      "then vmapped, with the same numbers). Finished runs of `make reproduce` "
+                      "are cached and are not redone.", file=sys.stderr, flush=True)
+                time.sleep(1.0)  # let a notebook's output carry the message
+                os._exit(3)
 
 
 COLUMNS = ["step", "tokens", "sim_time_s", "train_loss", "val_loss", "val_accuracy",

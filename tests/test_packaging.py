@@ -65,6 +65,12 @@ def test_emulate_devices_raises_the_collective_timeouts_unless_set():
     flags = run({"JAX_PLATFORMS": "cpu", "XLA_FLAGS": mine})
     assert mine in flags and "terminate_timeout_seconds=1800" not in flags
     assert "warn_stuck_timeout_seconds=120" in flags
+    # single-threaded ops when the devices alone fill the cores, not with one device
+    import os
+
+    assert ("--xla_cpu_multi_thread_eigen=false" in flags) == (2 >= (os.cpu_count() or 1))
+    one = run({"JAX_PLATFORMS": "cpu", "DILOCO_LITE_DEVICES": "1"})
+    assert "multi_thread_eigen" not in one
 
 
 def test_device_count_switch_overrides_the_argument():
