@@ -176,7 +176,7 @@ class Watchdog:
 
 COLUMNS = ["step", "tokens", "sim_time_s", "train_loss", "val_loss", "val_accuracy",
            "comm_bytes", "down_bytes", "peak_step_bytes", "peak_gbps", "outer_steps",
-           "syncer_wait_s", "goodput", "learner_steps", "lost_steps", "wall_time_s"]
+           "syncer_wait_s", "goodput", "learner_steps", "lost_steps", "failures", "wall_time_s"]
 
 
 def _block_batches(corpus, config: RunConfig, block):

@@ -186,3 +186,13 @@ def test_ddp_elastic_averages_over_the_up_workers():
     pl = plan(dl.DDP(elastic=True), Cluster(failures=((3, 2.5, 4.5),)), steps=6)
     weights = [c.weights.tolist() for c in events(pl, "close")]
     assert weights == [[1] * 4, [1] * 4, [1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 0], [1] * 4]
+
+
+def test_two_restarts_to_the_same_checkpoint_count_each_lost_step_once():
+    """Worker 1 fails at 5.5 s (back at 8 s): round 2 restarts at 8 s; worker 2 fails at 9.5 s
+    during the redo (back at 12 s): it restarts again. Each attempt lost one step of 4 workers."""
+    pl = plan(dl.DiLoCo(inner_steps=4), Cluster(failures=((1, 5.5, 8.0), (2, 9.5, 12.0))),
+              steps=12)
+    stats = final(pl)
+    assert stats["lost_steps"] == 8 and stats["failures"] == 2
+    assert stats["sim_time_s"] == 12.0 + 8 and stats["learner_steps"] == 48 + 8

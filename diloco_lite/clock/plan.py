@@ -89,7 +89,8 @@ class Recorder:
         self.times = [[] for _ in range(m)]
         self.since = [[0] * p for _ in range(m)]  # steps since the learner's base of fragment p
         self.unsent = [[0] * p for _ in range(m)]  # steps not yet in any merge of fragment p
-        self.c = dict(processed=0, lost=0.0, up=0, down=0, outer_steps=0, syncer_wait_s=0.0)
+        self.c = dict(processed=0, lost=0.0, up=0, down=0, outer_steps=0, syncer_wait_s=0.0,
+                      failures=0)
         self.bins: dict[int, int] = {}
         self.frag = [dict(up_bytes=0, down_bytes=0, syncs=0) for _ in range(p)]
 
@@ -108,6 +109,7 @@ class Recorder:
 
     def fail(self, m: int) -> None:
         """Learner m failed: the work not yet in any merge is lost."""
+        self.c["failures"] += 1
         self.c["lost"] += sum(s * n for s, n in zip(self.share, self.unsent[m], strict=True))
         self.unsent[m] = [0] * self.P
 
@@ -164,7 +166,8 @@ class Recorder:
                      outer_steps=self.c["outer_steps"], syncer_wait_s=self.c["syncer_wait_s"],
                      goodput=(self.c["processed"] - self.c["lost"]) / offered if offered > 0
                      else math.nan,
-                     learner_steps=self.c["processed"], lost_steps=self.c["lost"])
+                     learner_steps=self.c["processed"], lost_steps=self.c["lost"],
+                     failures=self.c["failures"])
         self.events.append(Event("eval", t, stats=stats))
 
     # ---- lock-step restarts -------------------------------------------------------------------
@@ -180,12 +183,15 @@ class Recorder:
         self.c["lost"] += n
 
     def rollback(self, mark: dict) -> None:
-        """Undo everything since `mark`: the steps are lost and will be done again."""
+        """A failure stopped a lock-step job: undo everything since `mark` (the steps are lost
+        and will be done again)."""
+        self.c["failures"] += 1
         del self.events[mark["events"]:]
         for m, n in enumerate(mark["steps"]):
             del self.index[m][n:], self.times[m][n:]
         self.since, self.unsent = copy.deepcopy(mark["since"]), copy.deepcopy(mark["unsent"])
         self.c["lost"] += self.c["processed"] - mark["processed"]
+        mark["processed"] = self.c["processed"]  # a second restart to this mark: count anew
 
     # ---- the plan -----------------------------------------------------------------------------
     def finish(self) -> Plan:

@@ -176,12 +176,16 @@ CHAOS_SCHEMES = {"DiLoCo": "dp", "elastic DiLoCo": "elastic_dp", "Decoupled DiLo
 
 
 def chaos_table(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Goodput measured from each chaos run beside the simulator's closed form."""
+    """Goodput measured from each chaos run beside the simulator's closed form, and the failures
+    the run met beside the expected number (one draw: a few failures more or less move it)."""
     quick = all(h.step.iloc[-1] == QUICK_STEPS for h in histories.values())
     cluster, h_ref = chaos_cluster(quick), H_REF[quick]
     sim = simulator_goodput(cluster.failures, 8, h_ref)
+    rate = cluster.failures
     return pd.DataFrame([{"method": label, "run": h.goodput.iloc[-1],
-                          "simulator": sim[CHAOS_SCHEMES[label]], "scheme": CHAOS_SCHEMES[label]}
+                          "simulator": sim[CHAOS_SCHEMES[label]], "scheme": CHAOS_SCHEMES[label],
+                          "failures": int(h.failures.iloc[-1]),
+                          "expected failures": 8 * h.sim_time_s.iloc[-1] / rate.mtbf_s}
                          for label, h in histories.items()])
 
 
