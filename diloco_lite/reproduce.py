@@ -14,6 +14,7 @@ Quick mode (`--quick` or DILOCO_LITE_QUICK=1) shrinks steps, writes figures to t
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
@@ -43,15 +44,28 @@ NOT_TRAINING = ("plots", "systems", "exercises", "reproduce.py", "experiments.py
 
 @functools.cache
 def source_hash(package: Path | None = None) -> str:
-    """sha1 of the library's training source files (`NOT_TRAINING` left out), in path order."""
+    """sha1 of the library's training code (`NOT_TRAINING` left out), in path order: each file's
+    syntax tree without its docstrings and comments, so that editing prose keeps the cache."""
     package = Path(package) if package is not None else Path(__file__).resolve().parent
     digest = hashlib.sha1()
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package)
         if rel.parts[0] in NOT_TRAINING:
             continue
-        digest.update(str(rel).encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(str(rel).encode() + b"\0" + _code_only(path.read_text()).encode() + b"\0")
     return digest.hexdigest()
+
+
+def _code_only(source: str) -> str:
+    """The syntax tree of `source` as text, docstrings removed (comments never reach it)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) \
+                and isinstance(first.value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
 
 
 def run_key(config) -> str:

@@ -66,7 +66,9 @@ def test_cache_key_follows_the_training_code(tmp_path, monkeypatch):
     (copy / "plots" / "__init__.py").write_text("# a figure changed\n")
     assert reproduce.source_hash.__wrapped__(copy) == before
     lockstep = copy / "clock" / "lockstep.py"
-    lockstep.write_text(lockstep.read_text() + "\n# a driver changed\n")
+    lockstep.write_text(lockstep.read_text().replace('"""', '"""Prose changed. ', 1) + "\n# note\n")
+    assert reproduce.source_hash.__wrapped__(copy) == before  # docstrings and comments only
+    lockstep.write_text(lockstep.read_text() + "\nMAX_RESTARTS_PER_STEP = 99\n")
     assert reproduce.source_hash.__wrapped__(copy) != before
     # and the run cache uses it: another source hash is a cache miss
     cfg = tiny_run(dl.DDP(), inner_optimizer=None, steps=2, eval_every=2)
