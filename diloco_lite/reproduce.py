@@ -93,6 +93,41 @@ def run_cached(config, directory: Path, *, progress: bool = True) -> pd.DataFram
     return history
 
 
+class Session:
+    """A notebook's experiments, shared with `make reproduce`: a group's runs come from the
+    `runs/` cache when they already ran (trained and cached when not), and its figures are saved
+    under `figures/` (quick mode: `figures/quick/`) and shown.
+
+        session = Session(quick)
+        h_sweep = session.run_group("h_sweep")     # {label: history}
+        session.show("h_sweep", h_sweep)           # save every figure, display them
+    """
+
+    def __init__(self, quick: bool, progress: bool = True):
+        from . import experiments
+
+        self.quick, self.progress = quick, progress
+        self.groups = experiments.groups(quick)
+
+    def run(self, config) -> pd.DataFrame:
+        """The history of one config (default optimizers), from the cache or trained."""
+        return run_cached(config, runs_dir(self.quick), progress=self.progress)
+
+    def run_group(self, name: str) -> dict[str, pd.DataFrame]:
+        return {label: self.run(cfg) for label, cfg in self.groups[name].items()}
+
+    def show(self, name: str, histories: dict, only=None) -> None:
+        """Save every figure of group `name`; display those in `only` (default: all)."""
+        from IPython.display import display
+
+        from . import experiments
+
+        for fig, chart in experiments.figures(name, histories).items():
+            plots.save(chart, fig)
+            if only is None or fig in only:
+                display(chart)
+
+
 def training_job(figures_dir: Path, quick: bool, progress: bool = True) -> list[dict]:
     from . import experiments
 

@@ -27,7 +27,7 @@
 # each worker m:            θ_m ← θ
 # ```
 #
-# One all-reduce every H steps instead of every step: H times fewer bytes. We build it by hand
+# One exchange every H steps instead of every step: H times fewer bytes. We build it by hand
 # from the same pieces as DDP, check the library against it, read the collectives in the
 # compiled program, then sweep H, the number of workers M and the data split, and compare
 # accuracy against bytes exchanged with DDP at equal tokens.
@@ -57,6 +57,7 @@ from IPython.display import display
 from jax.flatten_util import ravel_pytree
 
 from diloco_lite import experiments, plots
+from diloco_lite.reproduce import Session
 from diloco_lite.algorithms.learners import close_fn, diagnostics, inner_fn
 from diloco_lite.comm import collective_bytes
 from diloco_lite.model import build_model, count_params
@@ -66,31 +67,10 @@ from diloco_lite.wire import WireFormat
 
 dl.enable_compilation_cache()  # sweeps recompile the same programs: keep them on disk
 QUICK = dl.quick_mode()  # DILOCO_LITE_QUICK=1: fewer steps and a smaller model, same code
-GROUPS = experiments.groups(QUICK)
-pd.set_option("display.float_format", lambda x: f"{x:,.4g}")
+session = Session(QUICK)  # runs shared with `make reproduce` (runs/), figures under figures/
+GROUPS = session.groups
+pd.set_option("display.float_format", lambda x: f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:,.4g}")
 plots.enable()
-
-# %%
-runs = {}  # repr(config) -> RunResult: a config shared by two groups is trained once
-
-
-def run(cfg):
-    if repr(cfg) not in runs:
-        runs[repr(cfg)] = dl.train(cfg, progress=True)
-    return runs[repr(cfg)]
-
-
-def run_group(name):
-    return {label: run(cfg).history for label, cfg in GROUPS[name].items()}
-
-
-def show_figures(name, histories, only=None):
-    """Save every figure of the group under figures/; display those in `only` (default all)."""
-    for fig, chart in experiments.figures(name, histories).items():
-        plots.save(chart, fig)
-        if only is None or fig in only:
-            display(chart)
-
 
 # %% [markdown]
 # ## 1. The inner loop: M workers, no communication
@@ -131,11 +111,12 @@ print(f"{count_params(theta0):,} parameters; {M} workers × {B} sequences × {L}
 # ## 2. The pseudo-gradient and the outer Nesterov step
 #
 # After H local steps, worker m has moved from θ to θ_m. The **pseudo-gradient**
-# Δ = mean_m(θ − θ_m) points from where the workers went back to where they started —
+# $\Delta = \frac{1}{M}\sum_m (\theta - \theta_m)$ points from where the workers went back to
+# where they started —
 # uphill, like a gradient — so the outer optimizer takes a *descent* step on it. With
 # Nesterov momentum (velocity v, lr η = 0.7, momentum μ = 0.9):
 #
-# v ← μ·v + Δ,  θ ← θ − η·(Δ + μ·v)
+# $$ v \leftarrow \mu v + \Delta, \qquad \theta \leftarrow \theta - \eta\,(\Delta + \mu v) $$
 #
 # By hand, then against `optax.sgd(0.7, momentum=0.9, nesterov=True)` — the library's default
 # outer optimizer — on three steps of random pseudo-gradients.
@@ -167,22 +148,24 @@ print("outer Nesterov by hand == optax.sgd(0.7, momentum=0.9, nesterov=True)")
 # last round's θ and θ_m for the diagnostics of section 8.
 
 # %%
-theta, velocity = theta0, jax.tree.map(jnp.zeros_like, theta0)
-local, inner_state = stack(theta0), stack(inner_opt.init(theta0))
-for t in range(check_cfg.steps):
-    batch_MxBxL1 = corpus.batch(t, seed=check_cfg.seed, workers=M, batch_size=B, seq_len=L)
-    local, inner_state, _ = all_workers_step(local, inner_state, batch_MxBxL1)
-    if (t + 1) % H == 0:  # sync: one all-reduce of Δ in a real cluster
-        last_round = (theta, local)
-        delta = jax.tree.map(lambda g, loc: jnp.mean(g[None] - loc, axis=0), theta, local)
-        theta, velocity = outer_nesterov(theta, velocity, delta)
-        local = stack(theta)  # every worker restarts from the new θ (AdamW state kept)
-
-library = run(check_cfg)  # the library's driver, through dl.train
+# Full fp32 matmuls for the comparison: a GPU's default TF32 or a TPU's bf16 passes would
+# differ from the CPU by more than the tolerance (the library's runs elsewhere use the default).
+with jax.default_matmul_precision("highest"):
+    theta, velocity = theta0, jax.tree.map(jnp.zeros_like, theta0)
+    local, inner_state = stack(theta0), stack(inner_opt.init(theta0))
+    for t in range(check_cfg.steps):
+        batch_MxBxL1 = corpus.batch(t, seed=check_cfg.seed, workers=M, batch_size=B, seq_len=L)
+        local, inner_state, _ = all_workers_step(local, inner_state, batch_MxBxL1)
+        if (t + 1) % H == 0:  # sync: one exchange of Δ in a real cluster
+            last_round = (theta, local)
+            delta = jax.tree.map(lambda g, loc: jnp.mean(g[None] - loc, axis=0), theta, local)
+            theta, velocity = outer_nesterov(theta, velocity, delta)
+            local = stack(theta)  # every worker restarts from the new θ (AdamW state kept)
+    library = dl.train(check_cfg)  # the library's driver
+    x_BxL = corpus.eval_batches(1, batch_size=8, seq_len=L)[0, :, :-1]
+    logits_hand, logits_lib = model.apply(theta, x_BxL), model.apply(library.params, x_BxL)
 jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5),
              theta, library.params)
-x_BxL = corpus.eval_batches(1, batch_size=8, seq_len=L)[0, :, :-1]
-logits_hand, logits_lib = model.apply(theta, x_BxL), model.apply(library.params, x_BxL)
 np.testing.assert_allclose(logits_hand, logits_lib, rtol=1e-4, atol=1e-4)
 print(f"θ by hand == θ from dl.train after {check_cfg.steps // H} rounds "
       f"(max logit difference {float(jnp.max(jnp.abs(logits_hand - logits_lib))):.1e})")
@@ -249,14 +232,14 @@ print(f"DiLoCo: {syncs} syncs × {M} workers × {model_bytes:,} B "
 # too much. (With SGD inner, H = 1 and outer SGD lr 1 it *is* DDP — a test checks it.)
 
 # %%
-h_sweep = run_group("h_sweep")
+h_sweep = session.run_group("h_sweep")
 finals = pd.DataFrame({k: h.iloc[-1] for k, h in h_sweep.items()}).T
 finals["bytes ÷ vs DDP"] = finals.comm_bytes["DDP"] / finals.comm_bytes
 display(finals[["tokens", "val_loss", "val_accuracy", "comm_bytes", "bytes ÷ vs DDP"]])
 for label, cfg in GROUPS["h_sweep"].items():
     if label != "DDP":
         assert finals.loc[label, "bytes ÷ vs DDP"] == cfg.algorithm.inner_steps
-show_figures("h_sweep", h_sweep, only=("diloco_h_sweep", "diloco_accuracy_vs_bytes"))
+session.show("h_sweep", h_sweep, only=("diloco_h_sweep", "diloco_accuracy_vs_bytes"))
 
 # %% [markdown]
 # **What to look for.** Every run ends at the same number of tokens, so on the log axis of the
@@ -282,11 +265,11 @@ show_figures("h_sweep", h_sweep, only=("diloco_h_sweep", "diloco_accuracy_vs_byt
 # effects.) 16 workers run on the 8 devices two per device (vmapped).
 
 # %%
-m_sweep = run_group("m_sweep")
+m_sweep = session.run_group("m_sweep")
 finals = pd.DataFrame({k: h.iloc[-1] for k, h in m_sweep.items()}).T
 finals["bytes per worker"] = finals.comm_bytes / [c.workers for c in GROUPS["m_sweep"].values()]
 display(finals[["val_loss", "val_accuracy", "comm_bytes", "bytes per worker"]])
-show_figures("m_sweep", m_sweep)
+session.show("m_sweep", m_sweep)
 
 # %% [markdown]
 # Each worker sends one model per sync whatever M is, so total bytes grow with M while the bytes
@@ -321,10 +304,10 @@ display(who.style.format({"share of a by-genre batch": "{:.1%}",
                           "share of the characters (i.i.d.)": "{:.1%}"}).hide(axis="index"))
 
 # %%
-shards = run_group("shards")
+shards = session.run_group("shards")
 display(pd.DataFrame({k: h.iloc[-1] for k, h in shards.items()}).T[
     ["val_loss", "val_accuracy", "pseudo_grad_cosine", "worker_drift"]])
-show_figures("shards", shards)
+session.show("shards", shards)
 
 # %% [markdown]
 # The DiLoCo paper reports that non-i.i.d. shards barely matter (perplexity 15.02 vs 15.08 for
@@ -340,7 +323,9 @@ show_figures("shards", shards)
 # At each sync we measure the mean pairwise cosine between the workers' pseudo-gradients
 # Δ_m = θ − θ_m. It tells how much of each worker's progress survives the averaging:
 #
-# ‖mean_m Δ_m‖² = (1/M²)·(Σ_m ‖Δ_m‖² + Σ_{m≠n} Δ_m·Δ_n) ≈ ‖Δ‖²·(1 + (M − 1)·c)/M
+# $$ \Big\lVert \frac{1}{M}\sum_m \Delta_m \Big\rVert^2
+#    = \frac{1}{M^2}\Big(\sum_m \lVert\Delta_m\rVert^2 + \sum_{m \ne n} \Delta_m \cdot \Delta_n\Big)
+#    \approx \lVert\Delta\rVert^2 \, \frac{1 + (M - 1)\,c}{M} $$
 #
 # for workers that moved the same distance ‖Δ‖ with mean cosine c. **c ≈ 1**: the workers
 # agree, the average keeps the full step — and one worker alone would have found it (the
@@ -354,16 +339,17 @@ show_figures("shards", shards)
 
 # %%
 theta_b, local_b = last_round
-flat_MxN = jnp.stack([ravel_pytree(
-    jax.tree.map(lambda g, loc, m=m: g - loc[m], theta_b, local_b))[0] for m in range(M)])
-norms_M = jnp.linalg.norm(flat_MxN, axis=1)
-cos_MxM = (flat_MxN @ flat_MxN.T) / jnp.outer(norms_M, norms_M)
-cos = (jnp.sum(cos_MxM) - M) / (M * (M - 1))  # mean over m ≠ n
-mean_norm = jnp.linalg.norm(flat_MxN.mean(0))
-deltas_M = [g[None] - loc for g, loc in zip(jax.tree.leaves(theta_b), jax.tree.leaves(local_b),
-                                            strict=True)]
-merged = [d.mean(0) for d in deltas_M]
-lib_sq, lib_cos, lib_drift_sq = (float(x) for x in diagnostics(deltas_M, jnp.ones(M), merged))
+with jax.default_matmul_precision("highest"):  # the same full-precision products everywhere
+    flat_MxN = jnp.stack([ravel_pytree(
+        jax.tree.map(lambda g, loc, m=m: g - loc[m], theta_b, local_b))[0] for m in range(M)])
+    norms_M = jnp.linalg.norm(flat_MxN, axis=1)
+    cos_MxM = (flat_MxN @ flat_MxN.T) / jnp.outer(norms_M, norms_M)
+    cos = (jnp.sum(cos_MxM) - M) / (M * (M - 1))  # mean over m ≠ n
+    mean_norm = jnp.linalg.norm(flat_MxN.mean(0))
+    deltas_M = [g[None] - loc for g, loc in zip(jax.tree.leaves(theta_b),
+                                                jax.tree.leaves(local_b), strict=True)]
+    merged = [d.mean(0) for d in deltas_M]
+    lib_sq, lib_cos, lib_drift_sq = (float(x) for x in diagnostics(deltas_M, jnp.ones(M), merged))
 print(f"by hand: ‖mean Δ‖ {mean_norm:.4f}, cosine {cos:.4f}, "
       f"root mean ‖Δ_m‖² {jnp.sqrt(jnp.mean(norms_M ** 2)):.4f}")
 print(f"library: ‖mean Δ‖ {lib_sq ** 0.5:.4f}, cosine {lib_cos:.4f}, "

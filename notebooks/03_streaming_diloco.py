@@ -52,6 +52,7 @@ import pandas as pd
 from IPython.display import display
 
 from diloco_lite import experiments, plots
+from diloco_lite.reproduce import Session
 from diloco_lite.algorithms.learners import arrive
 from diloco_lite.clock.schedule import Schedule
 from diloco_lite.model import build_model
@@ -60,16 +61,10 @@ from diloco_lite.wire import WireFormat
 
 dl.enable_compilation_cache()  # sweeps recompile the same programs: keep them on disk
 QUICK = dl.quick_mode()  # DILOCO_LITE_QUICK=1: fewer steps and a smaller model, same code
-GROUP = experiments.groups(QUICK)["streaming"]
-pd.set_option("display.float_format", lambda x: f"{x:,.4g}")
+session = Session(QUICK)  # runs shared with `make reproduce` (runs/), figures under figures/
+GROUP = session.groups["streaming"]
+pd.set_option("display.float_format", lambda x: f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:,.4g}")
 plots.enable()
-runs = {}  # repr(config) -> RunResult
-
-
-def run(cfg):
-    if repr(cfg) not in runs:
-        runs[repr(cfg)] = dl.train(cfg, progress=True)
-    return runs[repr(cfg)]
 
 
 # %% [markdown]
@@ -122,8 +117,8 @@ print("heaviest / lightest fragment:", spread.round(2).to_dict())
 # %% [markdown]
 # ## 2. The schedule, and the peak bytes per step
 #
-# Fragment p is sent after the inner steps t where (t − t_p) mod H = 0, with offsets
-# t_p = ⌊(p + 1)·H / P⌋ spread over the period (the last fragment goes on the H-th step, like
+# Fragment p is sent after the inner steps t where $(t - t_p) \bmod H = 0$, with offsets
+# $t_p = \lfloor (p + 1) H / P \rfloor$ spread over the period (the last fragment goes on the H-th step, like
 # DiLoCo's whole model). Each fragment still syncs once every H steps — the **total** bytes are
 # DiLoCo's — but at most one fragment leaves at any step, so the **peak** per step is the
 # heaviest fragment, not the whole model. By hand, against the library's one `Schedule` (the
@@ -160,7 +155,7 @@ print(f"peak per step: DiLoCo {M * WireFormat(32).tree_nbytes(params):,} B, "
 # workers merge it only after step t + τ — having taken τ more inner steps on the *old*
 # fragment meanwhile. When it arrives, each worker mixes
 #
-# θ_{m,p} ← α·θ_{m,p} + (1 − α)·θ̃_p
+# $$ \theta_{m,p} \leftarrow \alpha\,\theta_{m,p} + (1 - \alpha)\,\tilde\theta_p $$
 #
 # α = 0 throws away the worker's last τ steps on that fragment (plain replacement, DiLoCo's
 # rule); α = 0.5 keeps half of them. The worker also records θ̃_p as its *base*: its next
@@ -228,7 +223,7 @@ print(f"{values:,} values: fp32 {WireFormat(32).tree_nbytes(params):,} B, 4-bit 
 # overlap τ = 1 and τ = 5; then α = 0.5; then 4-bit deltas. DDP is there for reference.
 
 # %%
-histories = {label: run(c).history for label, c in GROUP.items()}
+histories = session.run_group("streaming")
 finals = pd.DataFrame({k: h.iloc[-1] for k, h in histories.items()}).T
 diloco = next(k for k in GROUP if k.startswith("DiLoCo"))
 finals["peak ÷ vs DiLoCo"] = finals.peak_step_bytes[diloco] / finals.peak_step_bytes
@@ -238,8 +233,7 @@ display(finals[["val_loss", "val_accuracy", "comm_bytes", "peak_step_bytes",
 for label, c in GROUP.items():  # the history's peak is the schedule's, computed by hand
     if label.startswith("Streaming"):
         assert finals.loc[label, "peak_step_bytes"] == peak_bytes(c.algorithm)
-for fig, chart in experiments.figures("streaming", histories).items():
-    display(plots.save(chart, fig))
+session.show("streaming", histories)
 
 # %% [markdown]
 # **Reading it.** Fragments alone cut the peak about P× (less with the unbalanced `layers`

@@ -52,6 +52,7 @@ import pandas as pd
 from IPython.display import display
 
 from diloco_lite import experiments, plots
+from diloco_lite.reproduce import Session
 from diloco_lite.algorithms import make_driver
 from diloco_lite.algorithms.learners import MEAN_MERGED, merge
 from diloco_lite.clock.plan import Block, make_plan
@@ -62,25 +63,10 @@ from diloco_lite.training import setup
 
 dl.enable_compilation_cache()  # sweeps recompile the same programs: keep them on disk
 QUICK = dl.quick_mode()  # DILOCO_LITE_QUICK=1: fewer steps and a smaller model, same code
-GROUPS = experiments.groups(QUICK)
-pd.set_option("display.float_format", lambda x: f"{x:,.4g}")
+session = Session(QUICK)  # runs shared with `make reproduce` (runs/), figures under figures/
+GROUPS = session.groups
+pd.set_option("display.float_format", lambda x: f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:,.4g}")
 plots.enable()
-runs = {}  # repr(config) -> RunResult: a config shared by two groups is trained once
-
-
-def run(cfg):
-    if repr(cfg) not in runs:
-        runs[repr(cfg)] = dl.train(cfg, progress=True)
-    return runs[repr(cfg)]
-
-
-def run_group(name):
-    return {label: run(cfg).history for label, cfg in GROUPS[name].items()}
-
-
-def show_figures(name, histories):
-    for fig, chart in experiments.figures(name, histories).items():
-        display(plots.save(chart, fig))
 
 
 def plan_of(cfg, fragments=1):
@@ -201,8 +187,9 @@ u = [np.tensordot(w / w.sum(), deltas[i] / norms.reshape((-1,) + (1,) * (deltas[
                   axes=1) for i in rest]
 scale = r / np.sqrt(sum(np.sum(x ** 2) for x in u))
 hand = {i: scale * x for i, x in zip(rest, u, strict=True)}
-lib_rda = merge([jnp.asarray(d) for d in deltas], jnp.asarray(w), is_mean)
-lib_mean = merge([jnp.asarray(d) for d in deltas], jnp.asarray(w), None)
+with jax.default_matmul_precision("highest"):  # as exact as numpy on a GPU or TPU too
+    lib_rda = merge([jnp.asarray(d) for d in deltas], jnp.asarray(w), is_mean)
+    lib_mean = merge([jnp.asarray(d) for d in deltas], jnp.asarray(w), None)
 for i in rest:
     np.testing.assert_allclose(lib_rda[i], hand[i], rtol=1e-4, atol=1e-7)
 norm = lambda leaves: float(tree_norm([leaves[i] for i in rest]))  # noqa: E731
@@ -219,8 +206,8 @@ print(f"mean ‖Δ_m‖ {norms.mean():.4f} | plain mean: ‖Δ‖ = {norm(lib_me
 
 # %%
 small = experiments.base_config(True, steps=16)
-diloco = run(dataclasses.replace(small, algorithm=dl.DiLoCo(inner_steps=8)))
-limit = run(dataclasses.replace(small, algorithm=dl.DecoupledDiLoCo(
+diloco = dl.train(dataclasses.replace(small, algorithm=dl.DiLoCo(inner_steps=8)))
+limit = dl.train(dataclasses.replace(small, algorithm=dl.DecoupledDiLoCo(
     inner_steps=8, fragments=1, overlap=0, bits=32, quorum=8, merge="mean")))
 same = all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(diloco.params),
                                                 jax.tree.leaves(limit.params), strict=True))
@@ -241,8 +228,8 @@ assert same and diloco.final.comm_bytes == limit.final.comm_bytes
 # against DiLoCo, learner 7 twice as slow. Same tokens for both; the x axis is simulated time.
 
 # %%
-slow = run_group("slow")
-show_figures("slow", slow)
+slow = session.run_group("slow")
+session.show("slow", slow)
 target = dec.target_loss(slow)
 table = pd.DataFrame({k: h.iloc[-1] for k, h in slow.items()}).T
 table[f"time to loss {target:.3f} (s)"] = [dec.time_to(h, target) for h in slow.values()]
@@ -265,8 +252,8 @@ display(table[["sim_time_s", "tokens", "val_loss", "val_accuracy", "goodput", "c
 # at the same failure rate (one chip per learner).
 
 # %%
-chaos = run_group("chaos")
-show_figures("chaos", chaos)
+chaos = session.run_group("chaos")
+session.show("chaos", chaos)
 goodput = dec.chaos_table(chaos)
 display(goodput.style.format({"run": "{:.1%}", "simulator": "{:.1%}"}).hide(axis="index"))
 
@@ -286,11 +273,11 @@ display(goodput.style.format({"run": "{:.1%}", "simulator": "{:.1%}"}).hide(axis
 # compare the *direction* and rough size, not the values.
 
 # %%
-ablations = run_group("ablations")
+ablations = session.run_group("ablations")
 abl = dec.ablation_table(ablations)
 display(abl.style.format({"val_accuracy": "{:.2%}", "delta": "{:+.2f}",
                           "published_delta": "{:+.1f}"}, na_rep="–").hide(axis="index"))
-show_figures("ablations", ablations)
+session.show("ablations", ablations)
 
 # %% [markdown]
 # ## 7. The "20× faster" claim
@@ -324,10 +311,10 @@ assert (speedup > 20).all()
 # multi-seed quality table is `make reproduce`'s `quality` group):
 
 # %%
-same_tokens = {"DiLoCo": run(GROUPS["h_sweep"][f"DiLoCo H={dec.H_REF[QUICK]}"]),
-               "Decoupled DiLoCo": run(GROUPS["ablations"]["reference (RDA, M=8, 4-bit)"]),
-               "Decoupled DiLoCo, chaos": run(GROUPS["chaos"]["Decoupled DiLoCo"])}
-quality = pd.DataFrame({k: r.final for k, r in same_tokens.items()}).T
+same_tokens = {"DiLoCo": session.run(GROUPS["h_sweep"][f"DiLoCo H={dec.H_REF[QUICK]}"]),
+               "Decoupled DiLoCo": ablations["reference (RDA, M=8, 4-bit)"],
+               "Decoupled DiLoCo, chaos": chaos["Decoupled DiLoCo"]}
+quality = pd.DataFrame({k: h.iloc[-1] for k, h in same_tokens.items()}).T
 display(quality[["tokens", "val_accuracy", "val_loss", "comm_bytes", "down_bytes", "peak_gbps",
                  "goodput"]].style.format({"val_accuracy": "{:.2%}", "goodput": "{:.1%}",
                                            "comm_bytes": "{:,.0f}", "down_bytes": "{:,.0f}",

@@ -72,25 +72,45 @@ def curves(histories: dict[str, Any], title: str = "") -> alt.Chart:
 def accuracy_vs_bytes(histories: dict[str, Any],
                       title: str = "Accuracy vs bytes exchanged, at equal tokens") -> alt.Chart:
     """Held-out accuracy against cumulative bytes sent (log x): a thin line per run through its
-    evaluation points, and a labelled dot where it ends (every run ends at the same tokens)."""
+    evaluation points, and a dot where it ends (every run ends at the same tokens). The labels
+    stand in one column right of the data, in the order of the ends' heights and spread so that
+    none overlaps, each tied to its dot by a leader line."""
     df = pd.concat([getattr(h, "history", h)[["step", "tokens", "val_accuracy", "comm_bytes"]]
                     .assign(method=k) for k, h in histories.items()], ignore_index=True)
     df = df[df.comm_bytes > 0]
-    end = finals(histories)
+    y_range = (float(df.val_accuracy.min()), float(df.val_accuracy.max()))
+    end = label_column(finals(histories), "comm_bytes", "val_accuracy", y_range)
     x = alt.X("comm_bytes:Q", scale=alt.Scale(type="log"), title="bytes sent, all workers (log)",
               axis=alt.Axis(format="~s"))
     y = alt.Y("val_accuracy:Q", title="held-out accuracy", axis=alt.Axis(format="%"),
               scale=alt.Scale(zero=False))
-    col = colour(histories)
+    col = colour(histories).legend(None)
     tip = ["method", "step", alt.Tooltip("comm_bytes:Q", format=".3s"),
            alt.Tooltip("val_accuracy:Q", format=".2%")]
     lines = alt.Chart(df).mark_line(strokeWidth=1.2, opacity=0.6).encode(
         x=x, y=y, color=col, detail="method:N", tooltip=tip)
     dots = alt.Chart(end).mark_point(filled=True, size=90).encode(x=x, y=y, color=col,
                                                                   tooltip=tip)
-    text = alt.Chart(end).mark_text(align="left", dx=7, dy=-7, fontSize=10).encode(
-        x=x, y=y, text="method:N", color=col)
-    return (lines + dots + text).properties(width=460, height=280, title=title)
+    leaders = alt.Chart(end).mark_rule(strokeWidth=0.7, opacity=0.6).encode(
+        x=x, y=y, x2="label_x:Q", y2="label_y:Q", color=col)
+    text = alt.Chart(end).mark_text(align="left", dx=3, fontSize=11).encode(
+        x="label_x:Q", y="label_y:Q", text="method:N", color=col)
+    return (lines + leaders + dots + text).properties(
+        width=440, height=300, title=title, padding={"right": 240, "left": 5, "top": 5,
+                                                     "bottom": 5})
+
+
+def label_column(end: pd.DataFrame, x: str, y: str, y_range: tuple[float, float],
+                 gap: float = 0.055) -> pd.DataFrame:
+    """`end` with `label_x` (a little right of the largest x, log scale) and `label_y` (the ends'
+    heights, sorted and pushed apart to at least `gap` of `y_range`, centred on them)."""
+    end = end.sort_values(y).reset_index(drop=True)
+    span = max(y_range[1] - y_range[0], 1e-9)
+    ys = end[y].to_numpy(float).copy()
+    for j in range(1, len(ys)):
+        ys[j] = max(ys[j], ys[j - 1] + gap * span)
+    ys -= ys.mean() - end[y].mean()
+    return end.assign(label_x=float(end[x].max()) * 10 ** 0.45, label_y=ys)
 
 
 def peak_bytes(histories: dict[str, Any],
