@@ -1,9 +1,13 @@
 """`train(config) -> RunResult`: the loop every algorithm shares.
 
-Per block of steps (1 for DDP, up to the next sync for DiLoCo) the loop draws the global batches
-as a pure function of `(seed, step)`, lets the algorithm driver advance, books the bytes, and at
-evaluation points measures held-out loss and accuracy on fixed validation batches of whole
-held-out plays. One history row per evaluation point.
+First the run is planned on the host (`clock.plan.make_plan`): every learner's inner steps and
+every sync event on the simulated clock, with the bytes, times and counters of each evaluation
+point. Then the loop replays the plan's blocks: it draws each learner's batches as a pure
+function of `(seed, learner, its own step)`, lets the algorithm driver run the block (inner
+steps, then events), waits for it, and at each evaluation point measures held-out loss and
+accuracy on fixed validation batches of whole held-out plays. One history row per evaluation
+point; the train loss of a row is the mean over the learner-steps that finished (on the
+simulated clock) since the row before.
 """
 
 from __future__ import annotations
@@ -175,7 +179,8 @@ class Watchdog:
 
 
 COLUMNS = ["step", "tokens", "sim_time_s", "train_loss", "val_loss", "val_accuracy",
-           "comm_bytes", "down_bytes", "peak_step_bytes", "peak_gbps", "outer_steps",
+           "comm_bytes", "down_bytes", "peak_step_bytes", "peak_gbps", "peak_down_gbps",
+           "outer_steps",
            "syncer_wait_s", "goodput", "learner_steps", "lost_steps", "failures", "wall_time_s"]
 
 

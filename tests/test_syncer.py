@@ -51,6 +51,9 @@ def test_equal_speeds_merge_everyone_with_equal_weights(quorum):
     assert [c.time_s for c in closes] == [4.0, 8.0, 12.0]
     assert final(pl)["learner_steps"] == 48 and final(pl)["sim_time_s"] == 12.0
     assert final(pl)["down_bytes"] == 3 * 4 * 10  # every learner gets every new fragment
+    # peaks over one reference step (1 s): 4 learners × 100 B up, 4 × 10 B down, in Gbit/s
+    assert final(pl)["peak_gbps"] == 4 * 100 * 8 / 1e9
+    assert final(pl)["peak_down_gbps"] == 4 * 10 * 8 / 1e9
 
 
 @pytest.mark.parametrize("safety, included", [(0.5, True), (0.1, False)])

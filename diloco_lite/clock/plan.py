@@ -71,7 +71,8 @@ class Recorder:
     Counters (host-side, exact): learner-steps processed (every step computed) and lost (thrown
     away by a failure — a learner's steps since its last merge — or by a lock-step restart),
     bytes up (learners → merge) and down (syncer → learners, and rejoin downloads), the per-step
-    peak of bytes up (bins of one reference step of simulated time), outer steps, quorum waits.
+    peaks of bytes up and down (bins of one reference step of simulated time, in Gbit/s), outer
+    steps, quorum waits.
     Goodput, as notebook 06 defines it for a whole cluster: (processed − lost) learner-steps per
     learner-step the cluster could have done at nominal speed in the elapsed time.
     """
@@ -91,7 +92,8 @@ class Recorder:
         self.unsent = [[0] * p for _ in range(m)]  # steps not yet in any merge of fragment p
         self.c = dict(processed=0, lost=0.0, up=0, down=0, outer_steps=0, syncer_wait_s=0.0,
                       failures=0)
-        self.bins: dict[int, int] = {}
+        self.bins: dict[int, int] = {}  # bytes up per reference step of simulated time
+        self.down_bins: dict[int, int] = {}  # bytes down, likewise
         self.frag = [dict(up_bytes=0, down_bytes=0, syncs=0) for _ in range(p)]
 
     # ---- learners -----------------------------------------------------------------------------
@@ -133,6 +135,9 @@ class Recorder:
             self.unsent[m][p] = 0
         down = receivers * self.down_nbytes[p]
         self.c["down"] += down
+        if down:
+            k = _bin(t, self.timeline.t_ref)
+            self.down_bins[k] = self.down_bins.get(k, 0) + down
         self.frag[p]["down_bytes"] += down
         self.frag[p]["syncs"] += 1
         self.c["outer_steps"] += 0 if flush else 1
@@ -158,11 +163,13 @@ class Recorder:
     def eval(self, progress: float, t: float) -> None:
         """A history row at reference step `progress`, simulated time t."""
         peak = max((b for k, b in self.bins.items() if k != FLUSH_BIN), default=0)
+        peak_down = max(self.down_bins.values(), default=0)
         offered = self.timeline.offered_steps(t)
         stats = dict(step=progress, sim_time_s=t,
                      tokens=self.c["processed"] * self.tokens_per_step,
                      comm_bytes=self.c["up"], down_bytes=self.c["down"], peak_step_bytes=peak,
                      peak_gbps=peak * 8 / self.timeline.t_ref / 1e9,
+                     peak_down_gbps=peak_down * 8 / self.timeline.t_ref / 1e9,
                      outer_steps=self.c["outer_steps"], syncer_wait_s=self.c["syncer_wait_s"],
                      goodput=(self.c["processed"] - self.c["lost"]) / offered if offered > 0
                      else math.nan,
@@ -257,8 +264,13 @@ class Recorder:
     def _book_up(self, p: int, nbytes: int, t: float, flush: bool = False) -> None:
         self.c["up"] += nbytes
         self.frag[p]["up_bytes"] += nbytes
-        k = FLUSH_BIN if flush else max(1, math.ceil(t / self.timeline.t_ref - 1e-9))
+        k = FLUSH_BIN if flush else _bin(t, self.timeline.t_ref)
         self.bins[k] = self.bins.get(k, 0) + nbytes
+
+
+def _bin(t: float, t_ref: float) -> int:
+    """The reference step a time falls in: (k−1)·t_ref < t ≤ k·t_ref (sends after step k)."""
+    return max(1, math.ceil(t / t_ref - 1e-9))
 
 
 def make_plan(config, *, up_nbytes, down_nbytes, sizes, rejoin_nbytes: int,
