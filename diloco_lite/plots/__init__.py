@@ -5,8 +5,9 @@ loading script") and JupyterLab 4.6's built-in `mimetype` renderer does not take
 The `png` renderer draws the chart in-process with vl-convert, so the image is in the notebook
 output itself and shows in JupyterLab offline, in Colab and on GitHub's notebook view.
 
-Figure builders live next to their topic (`plots.training`, `plots.systems`); each one saves
-under `figures/` as SVG and PNG through `save`.
+Figure builders live next to their topic (`plots.training`, `plots.bandwidth`, ...); each one
+saves under `figures/` (of `paths.project_root()`: the clone, or the working directory on Colab)
+as SVG and PNG through `save`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .. import paths
+
 RENDERER = "png"
-FIGURES_DIR = Path(__file__).resolve().parents[2] / "figures"
 
 PALETTE = {
     "ddp": "#4C72B0",
@@ -54,7 +56,7 @@ def enable() -> None:
 def default_figures_dir() -> Path:
     """`figures/`, or the git-ignored `figures/quick/` in quick mode (DILOCO_LITE_QUICK=1), so
     that a quick CI-sized run never overwrites the full-size figures the README shows."""
-    return FIGURES_DIR / "quick" if quick_mode() else FIGURES_DIR
+    return paths.figures_dir(quick_mode())
 
 
 def quick_mode() -> bool:
@@ -70,3 +72,9 @@ def save(chart, name: str, figures_dir: str | Path | None = None):
     chart.save(str(out / f"{name}.svg"))
     chart.save(str(out / f"{name}.png"), scale_factor=2.0)
     return chart
+
+
+def __getattr__(name: str):
+    if name == "FIGURES_DIR":  # resolved when read: it follows the cwd and $DILOCO_LITE_HOME
+        return paths.figures_dir()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
