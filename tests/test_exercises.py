@@ -258,7 +258,7 @@ def _check_lines(notebook: Path) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in EXERCISES.glob("*.ipynb")))
-def test_solutions_pass_and_blanks_fail_each_check_with_its_hint(name):
+def test_notebook_solutions_pass_and_blanks_fail_with_their_hints(name):
     solved, errors = _check_lines(EXERCISES / "solutions" / name)
     assert not errors, errors
     assert solved and all(line.startswith(PASS_MARK) for line in solved), solved
