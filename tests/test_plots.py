@@ -1,6 +1,7 @@
 """Charts render with no internet: the renderer puts an image in the output itself."""
 
 import base64
+import io
 
 import altair as alt
 import pandas as pd
@@ -36,3 +37,31 @@ def test_quick_mode_never_overwrites_the_readme_figures(monkeypatch):
     assert plots.default_figures_dir() == plots.FIGURES_DIR / "quick"
     monkeypatch.delenv("DILOCO_LITE_QUICK")
     assert plots.default_figures_dir() == plots.FIGURES_DIR
+
+
+def _points(y_shift: float):
+    data = pd.DataFrame({"x": [1, 2, 3], "y": [1.0 + y_shift, 4, 9]})
+    return alt.Chart(data).mark_point().encode(x="x:Q", y="y:Q", tooltip=["y:Q"])
+
+
+def test_save_keeps_the_files_of_the_same_picture(tmp_path):
+    """A re-run whose numbers differ invisibly (here 1e-7 in a value, as after a CSV round
+    trip) must not rewrite the committed figures; a different picture must."""
+    plots.save(_points(0.0), "demo", tmp_path)
+    svg, png = (tmp_path / "demo.svg").read_text(), (tmp_path / "demo.png").read_bytes()
+    same = io.StringIO()
+    _points(1e-7).save(same, format="svg")
+    assert same.getvalue() != svg  # the SVG text differs (its ARIA label) ...
+    plots.save(_points(1e-7), "demo", tmp_path)  # ... but not the picture: files untouched
+    assert (tmp_path / "demo.svg").read_text() == svg
+    assert (tmp_path / "demo.png").read_bytes() == png
+    plots.save(_points(2.0), "demo", tmp_path)
+    assert (tmp_path / "demo.png").read_bytes() != png
+    assert (tmp_path / "demo.svg").read_text() != svg
+
+
+def test_rendering_is_deterministic(tmp_path):
+    for run in ("a", "b"):
+        plots.save(_points(0.0), run, tmp_path)
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+    assert (tmp_path / "a.svg").read_text() == (tmp_path / "b.svg").read_text()

@@ -12,6 +12,7 @@ as SVG and PNG through `save`.
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -65,12 +66,23 @@ def quick_mode() -> bool:
 
 
 def save(chart, name: str, figures_dir: str | Path | None = None):
-    """Write `chart` as `<figures_dir>/<name>.svg` and `.png`; return the chart for display."""
+    """Write `chart` as `<figures_dir>/<name>.svg` and `.png`; return the chart for display.
+
+    When both files exist and the new PNG is byte-identical to the old one, the pair is left
+    untouched: the same picture is not rewritten. (The SVG alone may still differ in invisible
+    text, e.g. the full-precision numbers of its ARIA labels when a value went through a CSV
+    cache, which would make every notebook run dirty the committed figures.)
+    """
     enable()
     out = Path(figures_dir) if figures_dir is not None else default_figures_dir()
     out.mkdir(parents=True, exist_ok=True)
-    chart.save(str(out / f"{name}.svg"))
-    chart.save(str(out / f"{name}.png"), scale_factor=2.0)
+    png, svg = io.BytesIO(), io.StringIO()
+    chart.save(png, format="png", scale_factor=2.0)
+    chart.save(svg, format="svg")
+    png_path, svg_path = out / f"{name}.png", out / f"{name}.svg"
+    if not (svg_path.exists() and png_path.exists() and png_path.read_bytes() == png.getvalue()):
+        svg_path.write_text(svg.getvalue(), encoding="utf-8")
+        png_path.write_bytes(png.getvalue())
     return chart
 
 
