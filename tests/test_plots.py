@@ -4,6 +4,7 @@ import base64
 import io
 
 import altair as alt
+import numpy as np
 import pandas as pd
 
 from diloco_lite import plots
@@ -65,3 +66,41 @@ def test_rendering_is_deterministic(tmp_path):
         plots.save(_points(0.0), run, tmp_path)
     assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
     assert (tmp_path / "a.svg").read_text() == (tmp_path / "b.svg").read_text()
+
+
+def test_tables_read_as_the_prose_writes():
+    from diloco_lite.plots import tables
+
+    assert tables.number(81920.0) == "81,920" and tables.number(0.8424) == "0.8424"
+    assert "e+" not in tables.number(8.192e4) and tables.number(float("nan")) == "–"
+    assert tables.percent(0.265) == "26.5%" and tables.points(-0.059) == "-5.9 pp"
+    assert tables.nbytes(3_477_504) == "3.48 MB" and tables.nbytes(434_692) == "435 KB"
+    assert tables.nbytes(2.09e9) == "2.09 GB" and tables.nbytes(12) == "12 B"
+    assert tables.times(233.9) == "234×" and tables.times(0.25) == "0.25×"
+    df = pd.DataFrame({"share": [0.5], "bytes": [2048.0], "n": [81920]})
+    html = tables.styled(df, percent=["share"], nbytes=["bytes"]).to_html()
+    assert all(s in html for s in ("50.0%", "2.05 KB", "81,920"))
+    try:
+        tables.styled(df, percent=["shares"])
+    except ValueError as err:
+        assert "column='shares'" in str(err) and "share" in str(err)
+    else:
+        raise AssertionError("an unknown column must be a ValueError")
+
+
+def test_legends_name_methods_in_words():
+    assert plots.method_label("streaming_diloco") == "Streaming DiLoCo"
+    assert plots.method_label("elastic_dp") == "elastic data-parallel"
+    assert plots.method_label("decoupled M=8") == "Decoupled DiLoCo M=8"
+    assert plots.method_label("something") == "something"
+    labels, colors = plots.method_colors(["decoupled_diloco", "ddp"])
+    assert labels == ["DDP", "Decoupled DiLoCo"] and colors[0] == plots.PALETTE["ddp"]
+
+
+def test_end_of_line_labels_do_not_overlap():
+    values = [0.58, 0.40, 0.41, 0.12, 0.27]
+    placed = plots.spread(values, gap=0.05)
+    ranked = sorted(range(len(values)), key=values.__getitem__)
+    assert [placed[i] for i in ranked] == sorted(placed)  # order kept
+    assert min(np.diff(sorted(placed))) >= 0.05 - 1e-12
+    assert plots.spread([0.1, 0.5, 0.9], gap=0.05) == [0.1, 0.5, 0.9]  # far apart: unchanged

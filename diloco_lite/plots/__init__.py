@@ -20,6 +20,18 @@ from .. import paths
 
 RENDERER = "png"
 
+# Legends and tables name methods in words, not by their config names.
+LABELS = {
+    "ddp": "DDP",
+    "diloco": "DiLoCo",
+    "streaming_diloco": "Streaming DiLoCo",
+    "decoupled_diloco": "Decoupled DiLoCo",
+    "dp": "data-parallel",
+    "elastic_dp": "elastic data-parallel",
+    "decoupled": "Decoupled DiLoCo",
+}
+FONT = "Liberation Sans, Arial, Helvetica, sans-serif"  # one font for every piece of text
+
 PALETTE = {
     "ddp": "#4C72B0",
     "diloco": "#DD8452",
@@ -31,14 +43,47 @@ PALETTE = {
 }
 
 
+def method_label(name: str) -> str:
+    """A method's name in words: 'streaming_diloco' -> 'Streaming DiLoCo', 'elastic_dp' ->
+    'elastic data-parallel', 'decoupled M=8' -> 'Decoupled DiLoCo M=8'; unknown names pass."""
+    head, _, rest = str(name).partition(" ")
+    return f"{LABELS.get(head, head)} {rest}".strip()
+
+
+def method_colors(methods) -> tuple[list[str], list[str]]:
+    """(labels, colors) for the methods named in `methods` (config names), in PALETTE order."""
+    names = [m for m in PALETTE if m in set(methods)]
+    return [method_label(m) for m in names], [PALETTE[m] for m in names]
+
+
+def spread(values, gap: float) -> list[float]:
+    """Positions for end-of-line labels: each as close to its value as possible, consecutive
+    ones at least `gap` apart (same units), order kept. Returns them in the input order."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    placed: list[float] = []
+    for i in order:  # push up from below ...
+        placed.append(max(values[i], placed[-1] + gap) if placed else values[i])
+    shift = max(0.0, (placed[-1] - values[order[-1]]) / 2) if placed else 0.0
+    out = [0.0] * len(values)
+    for rank, i in enumerate(order):  # ... then centre the stack on the values
+        out[i] = placed[rank] - shift
+    return out
+
+
 def _theme() -> dict:
+    text = {"font": FONT, "fontSize": 11}
     return {
         "config": {
             "view": {"continuousWidth": 420, "continuousHeight": 260, "stroke": None},
-            "font": "sans-serif",
-            "axis": {"labelFontSize": 11, "titleFontSize": 12, "grid": True, "gridOpacity": 0.4},
-            "legend": {"labelFontSize": 11, "titleFontSize": 12},
-            "title": {"fontSize": 14, "anchor": "start"},
+            "font": FONT,
+            "axis": {"labelFont": FONT, "titleFont": FONT, "labelFontSize": 11,
+                     "titleFontSize": 12, "grid": True, "gridOpacity": 0.4},
+            "legend": {"labelFont": FONT, "titleFont": FONT, "labelFontSize": 11,
+                       "titleFontSize": 12, "labelLimit": 320},
+            "header": {"labelFont": FONT, "titleFont": FONT, "labelFontSize": 12,
+                       "titleFontSize": 12},
+            "title": {"font": FONT, "subtitleFont": FONT, "fontSize": 14, "anchor": "start"},
+            "text": text,
             "range": {"category": list(PALETTE.values())[:4] + ["#937860", "#DA8BC3", "#8C8C8C"]},
         }
     }
