@@ -326,3 +326,10 @@ plots.save(training.bytes_per_step({"ddp": result}), "ddp_bytes")
 # - `jax.grad` outside the `shard_map` is correct but all-reduces one cotangent per *use* of a
 #   parameter: the tied embedding is sent twice.
 # - The compiled DDP step all-reduces exactly the gradient (plus the 4-byte loss), every step.
+
+# %% [markdown]
+# ## Exercises
+#
+# Write the DDP gradient yourself and let a check tell you when it comes out M times too
+# large, then count the bytes of a step: `notebooks/exercises/01_ddp.ipynb`
+# ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/01_ddp.ipynb)).
