@@ -5,6 +5,7 @@ every check and the blank notebooks fail each one with its TODO hint, without a 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from pathlib import Path
 
@@ -26,6 +27,7 @@ EXERCISES = ROOT / "notebooks" / "exercises"
 P = jax.P
 
 
+@functools.cache
 def _ddp_setup():
     from diloco_lite.model import build_model
 

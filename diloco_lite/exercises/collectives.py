@@ -7,6 +7,7 @@ answer computed independently, on the host.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -119,7 +120,7 @@ def check_ddp_gradient(grad_fn, loss_fn, params, batch_MxBxL1) -> Result:
     batch = np.asarray(jax.device_get(batch_MxBxL1))
     workers, b, l1 = batch.shape
     host = jax.device_get(params)
-    grad = jax.jit(jax.grad(loss_fn))
+    grad = _jitted_grad(loss_fn)
     ref = grad(host, batch.reshape(workers * b, l1))
     if jax.tree.structure(grads) != jax.tree.structure(ref):
         raise Stop("structure", f"expected a gradient shaped like the parameters "
@@ -143,6 +144,14 @@ def check_ddp_gradient(grad_fn, loss_fn, params, batch_MxBxL1) -> Result:
                  success="equal to the gradient of the mean loss over the whole global batch",
                  other="your gradient differs from the gradient of the mean loss over the "
                        "global batch (and from every known mistake): print a few values")
+
+
+@functools.lru_cache(maxsize=8)
+def _jitted_grad(loss_fn):
+    """One compiled reference gradient per loss function, however often a check runs."""
+    import jax
+
+    return jax.jit(jax.grad(loss_fn))
 
 
 @exercise("bytes of one DDP step", todo="the gradient (4 bytes per parameter) plus the "
