@@ -73,11 +73,9 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 ## make notebooks-sync: the blank exercises from their solutions, then every .ipynb (outputs
-## stripped) from its .py source of truth
+## stripped, stable cell ids, the kernel's language_info) from its .py source of truth
 notebooks-sync: $(STAMP)
-	$(PY) -m diloco_lite.exercises.blank .
-	$(VENV)/bin/jupytext --to ipynb notebooks/*.py notebooks/exercises/*.py \
-		notebooks/exercises/solutions/*.py
+	$(PY) -m diloco_lite.notebook_sync .
 
 clean:
 	rm -rf $(VENV) $(COLAB_VENV) data/cache runs

@@ -67,3 +67,20 @@ def test_main_notebooks_point_to_their_exercises(nb):
         pytest.skip(f"{nb.name}: no exercise notebook or link yet")
     text = "".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"])
     assert f"notebooks/exercises/{nb.name}" in text
+
+
+def test_committed_notebooks_are_exactly_what_the_sync_writes():
+    """Stable cell ids and the kernel's language_info: JupyterLab opens them unmodified (it
+    adds language_info when a kernel connects), and a re-sync rewrites nothing."""
+    from diloco_lite.notebook_sync import render
+
+    def without_python_version(text):
+        nb = json.loads(text)
+        assert nb["metadata"]["language_info"]["name"] == "python"
+        nb["metadata"]["language_info"].pop("version")
+        return nb
+
+    for nb in NOTEBOOKS:
+        fresh = render(nb.with_suffix(".py"))
+        assert without_python_version(nb.read_text()) == without_python_version(fresh), (
+            f"{nb.name} differs from its .py: run `make notebooks-sync`")
