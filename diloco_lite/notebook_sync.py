@@ -49,7 +49,8 @@ def sync(root: Path) -> list[Path]:
 
     blank.sync(root)
     changed = []
-    for source in sorted((root / "notebooks").rglob("*.py")):
+    sources = (root / "notebooks").rglob("*.py")
+    for source in sorted(p for p in sources if ".ipynb_checkpoints" not in p.parts):
         target = source.with_suffix(".ipynb")
         text = render(source)
         if not target.exists() or target.read_text(encoding="utf-8") != text:

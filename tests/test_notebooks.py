@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").rglob("*.ipynb"))
+NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").rglob("*.ipynb")
+                   if ".ipynb_checkpoints" not in p.parts)  # JupyterLab's copies
 # Notebooks 02 and 03 get the install cell and the link to their exercises with their driver
 # rewrite (same pattern); remove them from here then.
 LATER = {"02_diloco.ipynb", "03_streaming_diloco.ipynb"}
