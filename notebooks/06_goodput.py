@@ -54,6 +54,8 @@ dl.emulate_devices(8)
 import math
 import os
 
+from IPython.display import Markdown
+
 from diloco_lite import goodput as gp
 from diloco_lite import goodput_report as report
 from diloco_lite.plots import goodput as gplots
@@ -235,10 +237,9 @@ tables.styled(shown[["method", "chips", "ours", "low", "high", "published", "dif
               hide_index=True)
 
 # %%
-for row in table[table.note != ""].itertuples():
-    print(f"{method_label(row.method)} at {row.chips / 1e6:g}M chips: ours {row.ours:.0%} vs "
-          f"{row.published:.0%} published.")
-    print(f"  {row.note}\n")
+Markdown("\n".join(
+    f"- **{method_label(r.method)} at {r.chips / 1e6:g}M chips**: ours {r.ours:.0%}, "
+    f"published {r.published:.0%}. {r.note}" for r in table[table.note != ""].itertuples()))
 
 # %% [markdown]
 # **Reading the table.** The three calibration points (data-parallel 27%, elastic
