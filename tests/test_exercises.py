@@ -223,7 +223,9 @@ def test_blank_and_crashing_answers_become_sentences(name, capsys):
 def test_a_check_on_the_library_mesh_runs_on_many_workers_per_device():
     """The mean-loss check uses 16 workers on 8 devices: the vmapped layout is exercised."""
     assert dl.worker_mesh(16).workers_per_device == 2
-    assert float(on_mesh(_pmax, dl.worker_mesh(8))(jnp.arange(8.0))) == 7
+    mesh = dl.worker_mesh(8)
+    x = jax.device_put(jnp.arange(8.0), mesh.sharding("workers"))
+    assert float(on_mesh(_pmax, mesh)(x)) == 7
 
 
 # ---- the notebooks --------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ..plots.tables import number as fmt  # noqa: F401  (thousands separators, 4 digits)
+
 TODO, ERROR, OTHER = "todo", "error", "other"  # mistake keys shared by every check
 PASS_MARK, FAIL_MARK = "✔", "✘"
 CHECKS: dict[str, tuple[str, str]] = {}  # check name -> (title, todo hint): what tests read
@@ -167,12 +169,6 @@ def shapes(tree: Any) -> str:
         return type(tree).__name__
     return ", ".join(f"{jax.tree_util.keystr(p) or 'value'}: {tuple(np.shape(x))}"
                      for p, x in leaves)
-
-
-def fmt(x: float) -> str:
-    """A number as a student writes it: thousands separators, at most 4 significant digits."""
-    x = float(x)
-    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
 def _short(err: Exception) -> str:
