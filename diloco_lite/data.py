@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from diloco_lite import corpus_text
+from diloco_lite import corpus_text, paths
 from diloco_lite.config import SPLITS, check, check_int
 
 CORPORA = ("shakespeare",)
@@ -188,10 +188,9 @@ def load_corpus(name: str = "shakespeare") -> Corpus:
 
 def cache_dirs() -> list[Path]:
     """Where the processed corpus is looked for, in order: `$DILOCO_LITE_DATA_DIR` if set, else
-    `<repository>/data/cache`; then `~/.cache/diloco_lite` (used when the first is not writable)."""
-    env = os.environ.get("DILOCO_LITE_DATA_DIR")
-    first = Path(env) if env else Path(__file__).resolve().parents[1] / "data" / "cache"
-    return [first, Path.home() / ".cache" / "diloco_lite"]
+    `data/cache` under `paths.project_root()` (the clone, or the working directory); then
+    `~/.cache/diloco_lite` (used when the first is not writable)."""
+    return [paths.data_cache_dir(), Path.home() / ".cache" / "diloco_lite"]
 
 
 def build_corpus(name: str = "shakespeare") -> Corpus:

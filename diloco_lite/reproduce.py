@@ -19,21 +19,18 @@ import functools
 import hashlib
 import json
 import math
-import os
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from . import __version__, plots
+from . import __version__, paths, plots
 
-ROOT = Path(__file__).resolve().parents[1]
 JOBS = ("training", "bandwidth", "goodput")
 
 
 def runs_dir(quick: bool) -> Path:
-    base = Path(os.environ.get("DILOCO_LITE_RUNS_DIR", ROOT / "runs"))
-    return base / "quick" if quick else base
+    return paths.runs_dir(quick)
 
 
 # What a training run's numbers depend on: every module but the figures, the reports, the
@@ -149,8 +146,7 @@ def reproduce(*, quick: bool = False, only: tuple[str, ...] = JOBS, figures_dir=
 
     for job in only:
         check(job in JOBS, "only", job, f"a subset of {JOBS}")
-    figures_dir = Path(figures_dir) if figures_dir else (
-        plots.FIGURES_DIR / "quick" if quick else plots.FIGURES_DIR)
+    figures_dir = Path(figures_dir) if figures_dir else paths.figures_dir(quick)
     if "training" in only:
         from .devices import enable_compilation_cache
 

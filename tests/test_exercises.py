@@ -1,0 +1,293 @@
+"""Exercises that check themselves: every check passes the right answer, names each planted
+classic mistake, and turns blanks and crashes into a sentence; the solution notebooks pass
+every check and the blank notebooks fail each one with its TODO hint, without a traceback."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import diloco_lite as dl
+from diloco_lite import exercises as ex
+from diloco_lite import outer
+from diloco_lite.exercises import blank
+from diloco_lite.exercises import decoupled as dex
+from diloco_lite.exercises._core import ERROR, FAIL_MARK, PASS_MARK, TODO
+from diloco_lite.exercises.collectives import on_mesh
+from tests.helpers import TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+EXERCISES = ROOT / "notebooks" / "exercises"
+P = jax.P
+
+
+@functools.cache
+def _ddp_setup():
+    from diloco_lite.model import build_model
+
+    corpus = dl.load_corpus()
+    model = build_model(dataclasses.replace(TINY, vocab_size=corpus.vocab_size))
+    mesh = dl.worker_mesh(8)
+    params = jax.device_put(model.init(0), mesh.sharding())
+    batch = jax.device_put(corpus.batch(0, seed=0, workers=8, batch_size=2, seq_len=16),
+                           mesh.sharding("workers"))
+
+    def grad_fn(reduce, check_vma=False):
+        def device(params, batch_1xBxL1):
+            loss, grads = jax.value_and_grad(model.loss)(params, batch_1xBxL1[0])
+            return reduce((loss, grads), "workers")
+        return jax.jit(jax.shard_map(device, mesh=mesh.mesh, in_specs=(P(), P("workers")),
+                                     out_specs=P(), check_vma=check_vma))
+
+    return model.loss, params, batch, grad_fn
+
+
+def _pmax(b):
+    return jax.lax.pmax(jnp.max(b), "workers")
+
+
+def _quantize(x, q=7):
+    s = jnp.max(jnp.abs(x), axis=-1, keepdims=True) / q
+    return jnp.clip(jnp.round(x / s), -q, q) * s
+
+
+def _rda(deltas, w):
+    norms = jax.vmap(outer.tree_norm)(deltas)
+    r = jnp.sum(w * norms) / jnp.sum(w)
+    u = jax.tree.map(lambda d: jnp.tensordot(w / norms, d, axes=1) / jnp.sum(w), deltas)
+    return jax.tree.map(lambda x: r * x / outer.tree_norm(u), u)
+
+
+def _outer(sign=1, from_workers=False, keep_state=True):
+    def step(theta, state, local, opt):
+        delta = jax.tree.map(lambda t, loc: sign * jnp.mean(t[None] - loc, 0), theta, local)
+        start = jax.tree.map(lambda x: x.mean(0), local) if from_workers else theta
+        updates, new_state = opt.update(delta, state, start)
+        return optax.apply_updates(start, updates), new_state if keep_state else state
+    return step
+
+
+def _next_round(reset=False, keep_local=False):
+    def fn(theta, local, state, opt):
+        new = local if keep_local else jax.tree.map(
+            lambda x: jnp.broadcast_to(x, (4, *x.shape)), theta)
+        return new, jax.vmap(opt.init)(new) if reset else state
+    return fn
+
+
+def _goodput(recovery=True):
+    def g(lam, work, commit, absorbed, exposed):
+        w = (absorbed + -math.expm1(-lam * exposed) / lam) * math.exp(lam * exposed)
+        return work / (math.expm1(lam * (work + commit)) * (1 / lam + (w if recovery else 0)))
+    return g
+
+
+YOUNG = dict(checkpoint_s=1.0, mtbf_s=26.3)
+NUMBERS = {"check_allreduce_bytes", "check_ddp_step_bytes", "check_wire_bytes",
+           "check_ddp_bandwidth", "check_decoupled_bandwidth", "check_cluster_mtbf",
+           "check_young_interval", "check_daly_interval"}  # the others take a function
+# (check name, its answer, the mistake it must name; None: it must pass)
+PLANTED = [
+    ("check_global_max", _pmax, None),
+    ("check_global_max", lambda b: jax.lax.psum(jnp.max(b), "workers"), "psum"),
+    ("check_global_max", lambda b: jax.lax.pmean(jnp.max(b), "workers"), "pmean"),
+    ("check_global_max", lambda b: jnp.max(b), "no_collective"),
+    ("check_allreduce_bytes", (64 * 64 + 100) * 4, None),
+    ("check_allreduce_bytes", 64 * 64 + 100, "values"),
+    ("check_allreduce_bytes", 8 * (64 * 64 + 100) * 4, "all_devices"),
+    ("check_allreduce_bytes", 64 * 64 * 4, "one_array"),
+    ("check_mean_loss", lambda w: jax.lax.pmean(jnp.mean(jax.vmap(jnp.sum)(w)), "workers"), None),
+    ("check_mean_loss", lambda w: jax.lax.psum(jnp.mean(jax.vmap(jnp.sum)(w)), "workers"), "psum"),
+    ("check_mean_loss", lambda w: jax.lax.pmean(jnp.sum(jax.vmap(jnp.sum)(w)), "workers"),
+     "local_sum"),
+    ("check_mean_loss", lambda w: jnp.mean(jax.vmap(jnp.sum)(w)), "no_collective"),
+    ("check_ddp_gradient", dict(reduce=jax.lax.pmean), None),
+    ("check_ddp_gradient", dict(reduce=jax.lax.pmean, check_vma=True), "times_devices"),
+    ("check_ddp_gradient", dict(reduce=jax.lax.psum), "times_devices"),
+    ("check_ddp_gradient", dict(reduce=lambda x, axis: x), "one_worker"),
+    ("check_ddp_step_bytes", "ref", None),
+    ("check_ddp_step_bytes", "ref-4", "no_loss"),
+    ("check_ddp_step_bytes", "ref*8", "all_workers"),
+    ("check_pseudo_gradient", lambda g, loc: jax.tree.map(jnp.subtract, g, loc), None),
+    ("check_pseudo_gradient", lambda g, loc: jax.tree.map(jnp.subtract, loc, g), "sign"),
+    ("check_pseudo_gradient", lambda g, loc: loc, "local"),
+    ("check_outer_step", _outer(), None),
+    ("check_outer_step", _outer(sign=-1), "sign"),
+    ("check_outer_step", _outer(from_workers=True), "workers"),
+    ("check_outer_step", _outer(keep_state=False), "stale"),
+    ("check_outer_step", lambda t, s, loc, o: (jax.tree.map(lambda x: x.mean(0), loc), s),
+     "average"),
+    ("check_outer_step", lambda t, s, loc, o: t, "structure"),
+    ("check_next_round", _next_round(), None),
+    ("check_next_round", _next_round(reset=True), "reset_state"),
+    ("check_next_round", _next_round(keep_local=True), "kept_local"),
+    ("check_rda_merge", _rda, None),
+    ("check_rda_merge", outer.mean_merge, "mean"),
+    ("check_rda_merge", lambda d, w: _rda(d, jnp.ones_like(w)), "unweighted"),
+    ("check_rda_merge", lambda d, w: jax.tree.map(lambda x: _rda(x, w), d), "per_leaf"),
+    ("check_quantizer", _quantize, None),
+    ("check_quantizer", lambda x: jnp.clip(jnp.round(x), -7, 7), "no_scale"),
+    ("check_quantizer", lambda x: _quantize(x) / (jnp.max(jnp.abs(x), -1, keepdims=True) / 7),
+     "codes"),
+    ("check_quantizer", lambda x: _quantize(x.ravel()).reshape(x.shape), "tensor_scale"),
+    ("check_quantizer", lambda x: _quantize(x, 8), "q_max"),
+    ("check_quantizer", lambda x: x, "no_round"),
+    ("check_wire_bytes", 76 * 32 + 76 * 4, None),
+    ("check_wire_bytes", 76 * 32, "no_scales"),
+    ("check_wire_bytes", 76 * 32 + 4, "tensor_scale"),
+    ("check_mix", lambda loc, new, a: a * loc + (1 - a) * new, None),
+    ("check_mix", lambda loc, new, a: a * new + (1 - a) * loc, "swapped"),
+    ("check_token_weights", lambda t, s: np.where(s > 0, t * t / np.where(s > 0, s, 1), 0), None),
+    ("check_token_weights", lambda t, s: 3 * np.where(s > 0, t * t / np.where(s > 0, s, 1), 0),
+     None),  # any common scale
+    ("check_token_weights", lambda t, s: np.divide(t * t, s, out=np.full_like(t, np.nan),
+                                                   where=s > 0), "zero"),
+    ("check_token_weights", lambda t, s: t, "tokens"),
+    ("check_token_weights", lambda t, s: np.where(s > 0, t / np.where(s > 0, s, 1), 0), "ratio"),
+    ("check_token_weights", lambda t, s: s, "steps"),
+    ("check_token_weights", lambda t, s: (s > 0).astype(float), "equal"),
+    ("check_close_time", dex.close_time, None),
+    ("check_close_time", lambda a, t, k, *_: float(np.sort(t)[k - 1]), "no grace"),
+    ("check_close_time", lambda a, t, *_: float(np.max(t)), "everyone"),
+    ("check_close_time", lambda a, t, *_: float(np.min(t)), "first"),
+    ("check_run_goodput", lambda p, lost, e, ts: (p - lost) / np.sum(e / ts), None),
+    ("check_run_goodput", lambda p, lost, e, ts: p / np.sum(e / ts), "lost"),
+    ("check_run_goodput", lambda p, lost, e, ts: (p - lost) / p, "processed"),
+    ("check_ddp_bandwidth", 10e9 * 16 * 1.75 / (1.6 / 9 + 3.2 / 3 * 31 / 32) / 1e9, None),
+    ("check_ddp_bandwidth", 10e9 * 16 / (1.6 / 9 + 3.2 / 3 * 31 / 32) / 1e9, "no_ring"),
+    ("check_ddp_bandwidth", 10e9 * 16 * 1.75 / (1.6 / 9) / 1e9, "no_hiding"),
+    ("check_ddp_bandwidth", 10e9 * 2 * 1.75 / (1.6 / 9 + 3.2 / 3 * 31 / 32) / 1e9, "bytes"),
+    ("check_decoupled_bandwidth", 0.9 * 10e9 * 4 / 24 / 1.6 / 1e9, None),
+    ("check_decoupled_bandwidth", 0.9 * 10e9 * 4 / 1.6 / 1e9, "whole_model"),
+    ("check_decoupled_bandwidth", 0.9 * 10e9 * 4 / 24 / 1.6 / 1e9 * 1.75, "ring"),
+    ("check_cluster_mtbf", 365.25 * 86400 / 1.2e6, None),
+    ("check_cluster_mtbf", 365 * 86400 / 1.2e6, None),  # a 365-day year is close enough
+    ("check_cluster_mtbf", 365.25 * 24 / 1.2e6, "hours"),
+    ("check_cluster_mtbf", 365.25 * 86400, "per_chip"),
+    ("check_young_interval", math.sqrt(2 * 26.3), None),
+    ("check_young_interval", math.sqrt(26.3), "no_two"),
+    ("check_young_interval", 2 * 26.3, "no_sqrt"),
+    ("check_daly_interval", "daly", None),
+    ("check_daly_interval", math.sqrt(2 * 26.3), "young"),
+    ("check_daly_interval", math.sqrt(2 * 26.3) - 1, "no_factor"),
+    ("check_domain_goodput", _goodput(), None),
+    ("check_domain_goodput", _goodput(recovery=False), "no_recovery"),
+]
+
+
+def _call(name, answer, capsys):
+    check = getattr(ex, name)
+    if name == "check_ddp_gradient":
+        loss, params, batch, grad_fn = _ddp_setup()
+        fn = grad_fn(**answer) if isinstance(answer, dict) else answer
+        result = check(fn, loss, params, batch)
+    elif name == "check_ddp_step_bytes":
+        params = _ddp_setup()[1]
+        ref = sum(x.size for x in jax.tree.leaves(params)) * 4 + 4
+        value = {"ref": ref, "ref-4": ref - 4, "ref*8": 8 * ref}.get(answer, answer)
+        result = check(value, params)
+    elif name in ("check_young_interval", "check_daly_interval"):
+        from diloco_lite.systems.goodput_closed import daly_interval
+
+        value = daly_interval(**YOUNG) if answer == "daly" else answer
+        result = check(value, **YOUNG)
+    else:
+        result = check(answer)
+    line = capsys.readouterr().out.strip()
+    assert line == str(result) and "Traceback" not in line
+    return result
+
+
+@pytest.mark.parametrize(("name", "answer", "mistake"), PLANTED,
+                         ids=[f"{n}-{m or 'right'}" for n, _, m in PLANTED])
+def test_each_planted_mistake_is_named(name, answer, mistake, capsys):
+    result = _call(name, answer, capsys)
+    assert result.mistake == mistake, result.message
+    assert result.ok is (mistake is None)
+    assert str(result).startswith(PASS_MARK if mistake is None else FAIL_MARK)
+
+
+def test_every_check_has_a_right_answer_and_a_named_mistake():
+    names = {n for n, _, m in PLANTED}
+    assert names == set(ex.CHECKS)
+    for name in names:
+        kinds = {m for n, _, m in PLANTED if n == name}
+        assert None in kinds and len(kinds - {None}) >= 1, name
+
+
+@pytest.mark.parametrize("name", sorted(ex.CHECKS))
+def test_blank_and_crashing_answers_become_sentences(name, capsys):
+    title, todo = ex.CHECKS[name]
+    answers = (..., None) if name in NUMBERS else (..., None, lambda *a: None)
+    for answer in answers:
+        result = _call(name, answer, capsys)
+        assert (result.ok, result.mistake) == (False, TODO)
+        assert str(result) == f"{FAIL_MARK} {title}: not done yet: {todo}"
+    if name in NUMBERS:
+        return
+    result = _call(name, lambda *a: 1 / 0, capsys)
+    assert (result.ok, result.mistake) == (False, ERROR)
+    assert "ZeroDivisionError" in result.message
+
+
+def test_a_check_on_the_library_mesh_runs_on_many_workers_per_device():
+    """The mean-loss check uses 16 workers on 8 devices: the vmapped layout is exercised."""
+    assert dl.worker_mesh(16).workers_per_device == 2
+    mesh = dl.worker_mesh(8)
+    x = jax.device_put(jnp.arange(8.0), mesh.sharding("workers"))
+    assert float(on_mesh(_pmax, mesh)(x)) == 7
+
+
+# ---- the notebooks --------------------------------------------------------------------------
+
+
+def test_blank_notebooks_are_generated_from_the_solutions():
+    solutions = sorted((EXERCISES / "solutions").glob("*.py"))
+    assert [p.name[:2] for p in solutions] == ["00", "01", "02", "03", "05", "06"]
+    for solution in solutions:
+        text = solution.read_text()
+        assert blank.blank_source(text) == (EXERCISES / solution.name).read_text(), (
+            f"{solution.name}: run `make notebooks-sync`")
+        assert "BEGIN SOLUTION" in text
+
+
+def _check_lines(notebook: Path) -> tuple[list[str], list[str]]:
+    """Run a notebook; return its printed check lines and its error outputs."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(notebook, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(notebook.parent)}}).execute()
+    lines, errors = [], []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.output_type == "error" or out.get("name") == "stderr" and "Traceback" in (
+                    out.get("text") or ""):
+                errors.append(f"{out.get('ename')}: {out.get('evalue')}")
+            text = out.get("text") or ""
+            lines += [line for line in text.splitlines()
+                      if line.startswith((PASS_MARK, FAIL_MARK))]
+    return lines, errors
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXERCISES.glob("*.ipynb")))
+def test_notebook_solutions_pass_and_blanks_fail_with_their_hints(name):
+    solved, errors = _check_lines(EXERCISES / "solutions" / name)
+    assert not errors, errors
+    assert solved and all(line.startswith(PASS_MARK) for line in solved), solved
+    hints = {f"{FAIL_MARK} {title}: not done yet: {todo}" for title, todo in ex.CHECKS.values()}
+    blank, errors = _check_lines(EXERCISES / name)
+    assert not errors, errors  # a blank exercise prints hints, never a traceback
+    assert len(blank) == len(solved)
+    assert all(line in hints for line in blank), blank
+    titles = [line.split(":")[0][2:] for line in solved]
+    assert titles == [line.split(":")[0][2:] for line in blank]
