@@ -54,7 +54,7 @@ from diloco_lite.exercises import (
     check_domain_goodput,
     check_young_interval,
 )
-from diloco_lite.goodput_closed import daly_interval
+from diloco_lite.systems.goodput_closed import daly_interval
 
 CHIPS = 1_200_000
 YEAR_S = 365.25 * 24 * 3600
