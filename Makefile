@@ -54,13 +54,14 @@ test-colab: $(COLAB_STAMP)
 	printf '[pytest]\naddopts = -ra\n' > $(COLAB_VENV)/run/pytest.ini
 	cd $(COLAB_VENV)/run && ../bin/python -m pytest -q -p no:cacheprovider tests \
 		--deselect tests/test_packaging.py::test_environment_yml_matches_pyproject
-	DILOCO_LITE_QUICK=1 $(COLAB_PY) -m pytest -q -p no:cacheprovider --nbmake \
-		--nbmake-timeout=900 notebooks/*.ipynb
+	# its own run cache: the notebooks must train under Colab's jax, not reload our runs
+	DILOCO_LITE_QUICK=1 DILOCO_LITE_RUNS_DIR=$(COLAB_VENV)/runs $(COLAB_PY) -m pytest -q \
+		-p no:cacheprovider --nbmake --nbmake-timeout=900 notebooks/*.ipynb
 
 ## make test-1dev: the quick notebooks with all workers vmapped on ONE device (a 1-chip Colab)
 test-1dev: $(STAMP)
-	DILOCO_LITE_QUICK=1 DILOCO_LITE_DEVICES=1 $(PY) -m pytest -q --nbmake --nbmake-timeout=900 \
-		notebooks/*.ipynb
+	DILOCO_LITE_QUICK=1 DILOCO_LITE_DEVICES=1 DILOCO_LITE_RUNS_DIR=$(VENV)/runs-1dev \
+		$(PY) -m pytest -q --nbmake --nbmake-timeout=900 notebooks/*.ipynb
 	DILOCO_LITE_DEVICES=1 $(PY) -m pytest -q tests/test_exercises.py -k notebook
 
 ## make bench: speed against a minimal hand-written JAX loop (ratios, tokens/s, FLOP/s)
