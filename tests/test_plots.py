@@ -17,7 +17,7 @@ def _chart():
 
 def test_the_chosen_renderer_produces_an_image_output():
     plots.enable()
-    assert alt.renderers.active == plots.RENDERER == "png"
+    assert alt.renderers.active == "png"  # offline: drawn in-process, no CDN
     bundle = _chart()._repr_mimebundle_()
     data = bundle[0] if isinstance(bundle, tuple) else bundle
     # no HTML/JavaScript that would fetch Vega from a CDN: only the image itself
@@ -34,10 +34,17 @@ def test_save_writes_svg_and_png(tmp_path):
 
 
 def test_quick_mode_never_overwrites_the_readme_figures(monkeypatch):
+    """The README shows <clone>/figures/*.png; quick runs go to the git-ignored figures/quick."""
+    from pathlib import Path
+
+    readme_figures = Path(__file__).resolve().parents[1] / "figures"
+    monkeypatch.chdir(readme_figures.parent)
+    monkeypatch.delenv("DILOCO_LITE_HOME", raising=False)
     monkeypatch.setenv("DILOCO_LITE_QUICK", "1")
-    assert plots.default_figures_dir() == plots.FIGURES_DIR / "quick"
+    assert plots.default_figures_dir().resolve() == readme_figures / "quick"
+    assert "figures/quick/" in (readme_figures.parent / ".gitignore").read_text()
     monkeypatch.delenv("DILOCO_LITE_QUICK")
-    assert plots.default_figures_dir() == plots.FIGURES_DIR
+    assert plots.default_figures_dir().resolve() == readme_figures
 
 
 def _points(y_shift: float):
