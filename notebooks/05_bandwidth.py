@@ -148,8 +148,10 @@ assert b_hand <= b_lib <= b_hand * (1 + bw.RESOLUTION)
 # That is "$H$ times less bandwidth" when the hidden part is small, somewhat less otherwise.
 #
 # **Decoupled DiLoCo** ($H = P = 24$, $\tau = 2$, int4) uploads one 1/24 fragment every step in
-# 4 bits, with no ring: $N \cdot 4/24$ bits per step. With two steps of slack the deadline never
-# binds here; the link only has to keep up on average:
+# 4 bits, with no ring: $N \cdot 4/24$ bits per step. The syncer's reply travels the other
+# direction of the full-duplex link; compressed alike (`down_bits=4`) it never binds (an fp32
+# reply, the training default, would need 8× the bandwidth). With two steps of slack the
+# deadline never binds here; the link only has to keep up on average:
 #
 # $$B_{\text{Decoupled}} \ge u \cdot \frac{\text{bits per step}}{T}.$$
 
@@ -163,7 +165,7 @@ print(f"DiLoCo H={H}: {b_diloco:.2f} Gbit/s (library {b_lib:.2f}); "
 assert b_diloco <= b_lib <= b_diloco * (1 + bw.RESOLUTION)
 
 b_dec = u * (N * 4 / 24) / T / 1e9
-b_lib = bw.required_bandwidth(dl.DecoupledDiLoCo(), n_params=N, step_time_s=T,
+b_lib = bw.required_bandwidth(dl.DecoupledDiLoCo(down_bits=4), n_params=N, step_time_s=T,
                               target_utilization=u, replicas=R)
 print(f"Decoupled DiLoCo: {b_dec:.3f} Gbit/s (library {b_lib:.3f})")
 assert b_dec <= b_lib <= b_dec * (1 + bw.RESOLUTION)
@@ -172,8 +174,8 @@ assert b_dec <= b_lib <= b_dec * (1 + bw.RESOLUTION)
 # ## 2. Utilization vs bandwidth
 #
 # Each curve is the simulator at one bandwidth. Settings (`bw.SWEEP_METHODS`): DiLoCo H=100 in
-# bf16; Streaming DiLoCo H=100, P=10, τ=1, 4 bits; Decoupled DiLoCo with its defaults; 8
-# replicas. Step times are assumptions (`bw.SWEEP_MODELS`); every bandwidth scales with
+# bf16; Streaming DiLoCo H=100, P=10, τ=1, 4 bits; Decoupled DiLoCo H=P=24, τ=2, 4 bits up and
+# down; 8 replicas. Step times are assumptions (`bw.SWEEP_MODELS`); every bandwidth scales with
 # parameters / step time, so a twice-faster step needs twice the bandwidth.
 
 # %%
