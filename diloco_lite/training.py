@@ -252,7 +252,8 @@ def _progress(config: RunConfig, enabled: bool):
 
 
 def run_label(config: RunConfig) -> str:
-    """A short name for a run, e.g. `DiLoCo H=50 M=8` or `Streaming P=4 τ=1 α=0.5 4-bit M=8`."""
+    """A short name for a run, e.g. `DiLoCo H=50 M=8` or `Streaming P=4 τ=1 α=0.5 4-bit M=8`
+    (`seed=2` appended for a seed other than 0)."""
     a = config.algorithm
     if a.name == "ddp":
         parts = ["DDP"]
@@ -266,4 +267,5 @@ def run_label(config: RunConfig) -> str:
         if a.name == "decoupled_diloco":
             parts += [f"K={a.quorum}", a.merge.upper() if a.merge == "rda" else "mean"]
     parts += ["elastic"] if getattr(a, "elastic", False) else []
-    return " ".join(parts + [f"M={config.workers}"])
+    parts += [f"M={config.workers}"] + ([f"seed={config.seed}"] if config.seed else [])
+    return " ".join(parts)

@@ -313,22 +313,35 @@ assert (speedup > 20).all()
 # behind compute. Under these assumptions the speed-up is 31–76×, consistent with "more than
 # 20×"; against DiLoCo (H = 24, lock-step, bf16) it is 2–4×.
 #
-# ## 8. Quality at equal tokens
+# ## 8. Quality at equal tokens, over seeds
 #
 # The announcement's quality claim: 64.1% (Decoupled DiLoCo) against 64.4% (the synchronous
-# baseline) benchmark average. Ours, from the runs above at equal tokens (one seed each; the
-# multi-seed quality table is `make reproduce`'s `quality` group):
+# baseline) benchmark average. Ours: every method at equal tokens, each with three seeds (a
+# seed sets the initialisation, every learner's batches and, under chaos, the failure draw);
+# mean ± standard deviation over the seeds, and what each method sent. This is
+# `make reproduce`'s `quality` group; its seed-0 runs are the runs above.
 
 # %%
-same_tokens = {"DiLoCo": session.run(GROUPS["h_sweep"][f"DiLoCo H={dec.H_REF[QUICK]}"]),
-               "Decoupled DiLoCo": ablations["reference (RDA, M=8, 4-bit)"],
-               "Decoupled DiLoCo, chaos": chaos["Decoupled DiLoCo"]}
-quality = pd.DataFrame({k: h.iloc[-1] for k, h in same_tokens.items()}).T
-display(quality[["tokens", "val_accuracy", "val_loss", "comm_bytes", "down_bytes", "peak_gbps",
-                 "goodput"]].style.format({"val_accuracy": "{:.2%}", "goodput": "{:.1%}",
-                                           "comm_bytes": "{:,.0f}", "down_bytes": "{:,.0f}",
-                                           "tokens": "{:,.0f}", "val_loss": "{:.3f}",
-                                           "peak_gbps": "{:.2e}"}))
+quality_runs = session.run_group("quality")
+summary = experiments.quality.summary(quality_runs)
+summary["gap to DDP (points)"] = 100 * (summary.val_accuracy - summary.val_accuracy.iloc[0])
+summary["peak Mbit/s up"] = 1e3 * summary.peak_gbps
+shown = summary.set_index("method")
+shown["held-out accuracy"] = [f"{a:.2%} ± {s:.2%}" for a, s in
+                              zip(shown.val_accuracy, shown.val_accuracy_std, strict=True)]
+shown["held-out loss"] = [f"{a:.3f} ± {s:.3f}" for a, s in
+                          zip(shown.val_loss, shown.val_loss_std, strict=True)]
+display(shown[["seeds", "held-out accuracy", "held-out loss", "gap to DDP (points)", "comm_bytes",
+               "down_bytes", "peak_step_bytes", "peak Mbit/s up", "goodput"]].style.format(
+    {"gap to DDP (points)": "{:+.2f}", "comm_bytes": "{:,.0f}", "down_bytes": "{:,.0f}",
+     "peak_step_bytes": "{:,.0f}", "peak Mbit/s up": "{:.3f}", "goodput": "{:.1%}"}))
+session.show("quality", quality_runs)
+
+# %% [markdown]
+# The spread over seeds is the yardstick: a gap smaller than about two standard deviations is
+# not a difference. At this scale the runs take only 600 steps (12 outer steps at H = 50),
+# where DiLoCo-style methods trail DDP; the papers compare after many more outer steps (the
+# README's results section says how far apart we are, and why).
 
 # %% [markdown]
 # ## Exercises

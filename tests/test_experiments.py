@@ -1,6 +1,7 @@
 """The experiment definitions and the resumable runner behind `make reproduce`."""
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -75,3 +76,81 @@ def test_cache_key_follows_the_training_code(tmp_path, monkeypatch):
     key = reproduce.run_key(cfg)
     monkeypatch.setattr(reproduce, "source_hash", lambda: "another code")
     assert reproduce.run_key(cfg) != key
+
+
+def _final(**values):
+    """A one-row history: the final numbers of a run (the columns `quality.summary` reads)."""
+    cols = dict(step=600, tokens=1e6, val_accuracy=0.4, val_loss=2.0, comm_bytes=1e6,
+                down_bytes=0.0, peak_step_bytes=1e4, peak_gbps=1.0, goodput=1.0)
+    return pd.DataFrame([{**cols, **values}])
+
+
+def test_quality_group_is_every_method_over_seeds_sharing_seed_0_with_the_other_groups():
+    from diloco_lite.experiments import decoupled, quality
+
+    for quick in (False, True):
+        g = experiments.groups(quick)
+        runs = g["quality"]
+        assert len(runs) == len(quality.METHODS) * len(quality.SEEDS) and len(quality.SEEDS) >= 3
+        for method in quality.METHODS:
+            cfgs = [runs[quality.label(method, s)] for s in quality.SEEDS]
+            assert [c.seed for c in cfgs] == list(quality.SEEDS)
+            assert len({c.tokens_per_step * c.steps for c in cfgs}) == 1
+        chaos = [runs[quality.label("Decoupled DiLoCo, chaos", s)].cluster for s in quality.SEEDS]
+        assert [c.seed for c in chaos] == list(quality.SEEDS)  # a failure draw per seed
+        h = experiments.H_REF[quick]
+        same = {"DDP": g["h_sweep"]["DDP"], "DiLoCo": g["h_sweep"][f"DiLoCo H={h}"],
+                "Streaming DiLoCo": g["streaming"]["Streaming P=4 τ=1 α=0.5 4-bit"],
+                "Decoupled DiLoCo": g["ablations"]["reference (RDA, M=8, 4-bit)"],
+                "Decoupled DiLoCo, chaos": g["chaos"]["Decoupled DiLoCo"]}
+        for method, cfg in same.items():  # one cache entry, not a second run
+            assert repr(runs[quality.label(method, 0)]) == repr(cfg), method
+        assert decoupled.reference(quick) == runs[quality.label("Decoupled DiLoCo", 1)].algorithm
+
+
+def test_quality_rows_are_mean_and_sample_std_over_seeds_with_the_gaps_to_ddp():
+    import statistics
+
+    from diloco_lite.experiments import quality
+
+    acc = {"DDP": (0.50, 0.52, 0.51), "DiLoCo": (0.47, 0.49, 0.44),
+           "Decoupled DiLoCo": (0.46, 0.48, 0.50)}
+    loss = {"DDP": (1.8, 1.7, 1.9), "DiLoCo": (2.0, 2.2, 2.1), "Decoupled DiLoCo": (2.1, 2.0, 2.3)}
+    sent = {"DDP": 5e8, "DiLoCo": 1e7, "Decoupled DiLoCo": 2.5e6}
+    histories = {quality.label(m, s): _final(val_accuracy=acc[m][s], val_loss=loss[m][s],
+                                             comm_bytes=sent[m] * (1 + s / 10),
+                                             down_bytes=3e6 if m.startswith("Dec") else 0.0)
+                 for m in acc for s in range(3)}
+    rows = quality.rows("quality", histories)
+    get = {(r["method"], r["metric"]): r for r in rows}
+    for m in acc:
+        r = get[m, "held-out accuracy"]
+        assert r["experiment"] == "quality" and r["seeds"] == 3
+        assert r["value"] == pytest.approx(statistics.mean(acc[m]))
+        assert r["std"] == pytest.approx(statistics.stdev(acc[m]))  # ddof = 1, not 0
+        assert get[m, "held-out loss"]["std"] == pytest.approx(statistics.stdev(loss[m]))
+        assert get[m, "total bytes sent"]["value"] == pytest.approx(sent[m] * 1.1)
+    assert ("DDP", "total bytes down (syncer)") not in get  # lock-step: nothing comes down
+    assert get["Decoupled DiLoCo", "total bytes down (syncer)"]["value"] == 3e6
+    gap = get["Decoupled DiLoCo", "accuracy gap to DDP (points)"]
+    assert gap["value"] == pytest.approx(100 * (0.48 - 0.51))
+    assert gap["published"] == pytest.approx(-0.3)  # 64.1 vs 64.4
+    ppl = get["DiLoCo", "perplexity / DDP perplexity"]
+    assert ppl["value"] == pytest.approx(math.exp(2.1) / math.exp(1.8))
+    assert ppl["published"] == pytest.approx(15.02 / 15.30)
+    assert get["DiLoCo", "accuracy gap to DDP (points)"]["published"] is None
+    assert get["DiLoCo", "bytes reduction vs DDP (x)"]["value"] == pytest.approx(50)
+
+
+def test_results_table_shows_mean_std_and_seeds(tmp_path):
+    row = dict(experiment="quality", method="DDP", metric="held-out accuracy", value=0.5,
+               std=0.01, seeds=3, published=None, config="c")
+    other = dict(experiment="bandwidth", method="ddp", metric="m", value=1.0, published=2.0,
+                 config="c")
+    reproduce.write_results(pd.DataFrame([row, other]), tmp_path)
+    records = {r["experiment"]: r for r in json.loads((tmp_path / "results.json").read_text())}
+    assert records["quality"]["std"] == 0.01 and records["quality"]["seeds"] == 3
+    assert records["bandwidth"]["std"] is None and records["bandwidth"]["seeds"] is None
+    text = (tmp_path / "results.md").read_text()
+    assert "| quality | DDP | held-out accuracy | 0.5 ± 0.01 (3 seeds) | – | c |" in text
+    assert "| bandwidth | ddp | m | 1 | 2 | c |" in text

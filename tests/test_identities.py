@@ -10,7 +10,12 @@ import pytest
 import diloco_lite as dl
 from diloco_lite.outer import fragments
 from diloco_lite.training import setup
-from tests.helpers import assert_trees_close, max_abs_diff, tiny_run
+from tests.helpers import (
+    assert_trees_close,
+    assert_trees_close_up_to_rounding_flips,
+    max_abs_diff,
+    tiny_run,
+)
 
 
 def run(cfg):
@@ -153,7 +158,8 @@ def test_streaming_matches_a_plain_loop(steps, streaming8):
     applied first and fragment 1 is averaged once more."""
     cfg = tiny_run(dl.StreamingDiLoCo(**STREAMING), steps=steps, eval_every=steps)
     library = streaming8 if steps == 8 else run(cfg)
-    assert_trees_close(library.params, streaming_by_hand(cfg, steps), rtol=1e-4, atol=2e-5)
+    assert_trees_close_up_to_rounding_flips(library.params, streaming_by_hand(cfg, steps),
+                                            rtol=1e-4, atol=2e-5)
 
 
 # --------------------------------------------------------------------------------------------

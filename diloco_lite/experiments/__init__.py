@@ -9,6 +9,7 @@
 |-----------------------------------------|----------|--------------|
 | h_sweep, m_sweep, shards, streaming     | 02, 03   | `diloco`     |
 | slow, chaos, ablations                  | 04       | `decoupled`  |
+| quality (every method, several seeds)   | 04       | `quality`    |
 
 Full mode: 8 workers × 16 sequences × 64 characters per step, 600 steps (reference H = 50).
 Quick mode (`DILOCO_LITE_QUICK=1`, CI) keeps every group, label and code path but shrinks the
@@ -55,15 +56,16 @@ def describe(cfg: RunConfig) -> str:
     return text + (f"; {cfg.cluster}" if cfg.cluster is not None else "")
 
 
-from . import decoupled, diloco  # noqa: E402  (they use the helpers above)
+from . import decoupled, diloco, quality  # noqa: E402  (they use the helpers above)
 
-_MODULES = {**dict.fromkeys(diloco.GROUPS, diloco), **dict.fromkeys(decoupled.GROUPS, decoupled)}
+_MODULES = {**dict.fromkeys(diloco.GROUPS, diloco), **dict.fromkeys(decoupled.GROUPS, decoupled),
+            **dict.fromkeys(quality.GROUPS, quality)}
 GROUPS = tuple(_MODULES)
 
 
 def groups(quick: bool) -> dict[str, dict[str, RunConfig]]:
     """Group name -> {label: RunConfig}, for every group of every notebook."""
-    return {**diloco.groups(quick), **decoupled.groups(quick)}
+    return {**diloco.groups(quick), **decoupled.groups(quick), **quality.groups(quick)}
 
 
 def figures(group: str, histories: dict) -> dict[str, object]:
