@@ -33,7 +33,7 @@ reproduce: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check diloco_lite tests $(NOTEBOOKS:%=%/*.py)
 	$(PY) -m pytest -q tests
-	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q --nbmake --nbmake-timeout=900 notebooks/*.ipynb
+	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q --durations=0 --nbmake --nbmake-timeout=900 notebooks/*.ipynb
 
 ## make test-colab: Colab's jax/flax/numpy/pandas/altair, the project installed --no-deps;
 ## the unit tests (less the pins check) and the quick notebooks
