@@ -3,7 +3,8 @@
 The classroom analogue of the Decoupled DiLoCo announcement's 64.1% (Decoupled DiLoCo) against
 64.4% (the synchronous baseline): DDP, DiLoCo (M = 8, the reference H), Streaming DiLoCo (P = 4,
 τ = 1, α = 0.5, 4-bit), the reference Decoupled DiLoCo (`decoupled.reference`), and the same
-Decoupled DiLoCo under chaos (`decoupled.chaos_cluster`), each run with `SEEDS` seeds. A seed
+Decoupled DiLoCo under chaos (`decoupled.chaos_cluster`) — each the run of the group that
+defines it (`groups`) — with `SEEDS` seeds. A seed
 sets the model's initialisation, every learner's batches and, under chaos, the failure draw;
 seed 0 is the run the other groups use (shared through the run cache).
 
@@ -23,9 +24,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from ..config import DiLoCo, StreamingDiLoCo
-from . import H_REF, base_config, describe
-from .decoupled import chaos_cluster, reference
+from . import H_REF, describe
 
 GROUPS = ("quality",)
 SEEDS = (0, 1, 2)
@@ -53,22 +52,23 @@ def split_label(text: str) -> tuple[str, int]:
 
 
 def groups(quick: bool) -> dict[str, dict]:
-    """{'quality': {label(method, seed): RunConfig}} for every method and seed."""
+    """{'quality': {label(method, seed): RunConfig}}: each method's run from the group that
+    defines it, once per seed (seed 0 is that run itself; under chaos the failure draw follows
+    the seed too)."""
+    from . import decoupled, diloco
+
+    g = {**diloco.groups(quick), **decoupled.groups(quick)}
     h = H_REF[quick]
+    seed0 = {"DDP": g["h_sweep"]["DDP"], "DiLoCo": g["h_sweep"][f"DiLoCo H={h}"],
+             "Streaming DiLoCo": g["streaming"]["Streaming P=4 τ=1 α=0.5 4-bit"],
+             "Decoupled DiLoCo": g["ablations"]["reference (RDA, M=8, 4-bit)"],
+             "Decoupled DiLoCo, chaos": g["chaos"]["Decoupled DiLoCo"]}
     out = {}
-    for seed in SEEDS:
-        base = base_config(quick, seed=seed)
-        chaos = dataclasses.replace(chaos_cluster(quick), seed=seed)
-        algos = {"DDP": (base.algorithm, None),
-                 "DiLoCo": (DiLoCo(inner_steps=h), None),
-                 "Streaming DiLoCo": (StreamingDiLoCo(inner_steps=h, fragments=4, overlap=1,
-                                                      mix=0.5, bits=4), None),
-                 "Decoupled DiLoCo": (reference(quick), None),
-                 "Decoupled DiLoCo, chaos": (reference(quick), chaos)}
-        for method, (algo, cluster) in algos.items():
-            out[label(method, seed)] = dataclasses.replace(base, algorithm=algo, cluster=cluster)
-    return {"quality": dict(sorted(out.items(), key=lambda kv: METHODS.index(
-        split_label(kv[0])[0])))}
+    for method, cfg in seed0.items():
+        for seed in SEEDS:
+            cluster = cfg.cluster and dataclasses.replace(cfg.cluster, seed=seed)
+            out[label(method, seed)] = dataclasses.replace(cfg, seed=seed, cluster=cluster)
+    return {"quality": out}
 
 
 def summary(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -110,12 +110,12 @@ def rows(group: str, histories: dict[str, pd.DataFrame]) -> list[dict]:
         if ddp is None or method == "DDP":
             continue
         add(method, "bytes reduction vs DDP (x)", ddp.comm_bytes / r.comm_bytes)
-        metric, value, what = PUBLISHED.get(method.split(",")[0], (None, None, ""))
+        metric, value, what = PUBLISHED.get(method, (None, None, ""))
         gaps = {"accuracy gap to DDP (points)": 100 * (r.val_accuracy - ddp.val_accuracy),
                 "perplexity / DDP perplexity": float(np.exp(r.val_loss - ddp.val_loss)),
                 "loss / DDP loss": r.val_loss / ddp.val_loss}
         for name, gap in gaps.items():
-            published = value if name == metric and method in PUBLISHED else None
+            published = value if name == metric else None
             add(method, name, gap, published=published,
                 note=f"; published: {what}" if published is not None else "")
     return out

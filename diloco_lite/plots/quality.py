@@ -23,11 +23,12 @@ _DECADES = ("abs(log(datum.value) / LN10 - round(log(datum.value) / LN10)) < 1e-
 def accuracy_with_spread(summary: pd.DataFrame) -> alt.HConcatChart:
     """Left: mean held-out accuracy (dot) ± one standard deviation over seeds (bar) per method.
     Right: total bytes sent, log scale. `summary`: `experiments.quality.summary`'s table."""
-    df = summary.copy().assign(
+    df = summary.assign(
         low=summary.val_accuracy - summary.val_accuracy_std,
         high=summary.val_accuracy + summary.val_accuracy_std,
         text=[f"{a:.1%} ± {s:.1%} ({n} seeds)" for a, s, n in
-              zip(summary.val_accuracy, summary.val_accuracy_std, summary.seeds, strict=True)])
+              zip(summary.val_accuracy, summary.val_accuracy_std, summary.seeds, strict=True)],
+        sent=[nbytes(b) for b in summary.comm_bytes])
     order = list(df.method)
     colour = alt.Color("method:N", legend=None, scale=alt.Scale(
         domain=order, range=[_COLOUR.get(m, "#8C8C8C") for m in order]))
@@ -46,7 +47,6 @@ def accuracy_with_spread(summary: pd.DataFrame) -> alt.HConcatChart:
         x=x, text="text:N")
     acc = (bars + dots + text).properties(width=360, height=34 * len(order),
                                           title="Held-out accuracy, mean ± std over seeds")
-    df["sent"] = [nbytes(b) for b in df.comm_bytes]
     sent_x = alt.X("comm_bytes:Q", title="total bytes sent (log scale)",
                    scale=alt.Scale(type="log", padding=20), axis=alt.Axis(labelExpr=_DECADES))
     bytes_base = alt.Chart(df).encode(y=alt.Y("method:N", sort=order, axis=None), x=sent_x)
