@@ -16,6 +16,9 @@ def main(argv=None) -> int:
                      help="shrink steps (as DILOCO_LITE_QUICK=1); figures go to figures/quick/")
     rep.add_argument("--only", default="training,bandwidth,goodput",
                      help="comma-separated subset of: training, bandwidth, goodput")
+    rep.add_argument("--groups", default=None,
+                     help="comma-separated training groups to run (default: all); the results "
+                          "table keeps the rows of the others")
     rep.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     bench = sub.add_parser("bench", help="speed against a minimal hand-written JAX loop")
     bench.add_argument("--stress", action="store_true",
@@ -36,8 +39,9 @@ def main(argv=None) -> int:
     from .reproduce import reproduce
 
     quick = args.quick or dl.quick_mode()
-    table = reproduce(quick=quick, only=tuple(s.strip() for s in args.only.split(",") if s),
-                      progress=not args.no_progress)
+    split = lambda text: tuple(s.strip() for s in text.split(",") if s.strip())  # noqa: E731
+    table = reproduce(quick=quick, only=split(args.only), progress=not args.no_progress,
+                      groups=split(args.groups) if args.groups else None)
     print(table.to_string(index=False, max_colwidth=60))
     return 0
 

@@ -4,7 +4,8 @@ Prints ratios (targets in brackets): the library's DDP step / a hand-written one
 DiLoCo inner step / a DDP step of the same per-worker batch (≤ 1.05); Decoupled DiLoCo's cost
 per learner-step, every learner up and equally fast, events included / a DiLoCo inner step
 (≤ 1.25); tokens/s and model FLOP/s against this machine's measured matmul peak; the cost of
-one DiLoCo sync; the bandwidth sweep's time. Timings alternate A/B over several rounds and
+one DiLoCo sync; a run's fixed cost (a first run, and a second that reuses its compiled
+steps); the bandwidth sweep's time. Timings alternate A/B over several rounds and
 report medians (machines here are noisy). `--stress` runs several trainings at once (`stress`).
 """
 
@@ -179,7 +180,19 @@ def bench(config=None) -> dict:
                diloco_plan_vs_inner=t_dil / steps / (t_inner / h),
                decoupled_vs_inner=t_dec / steps / (t_inner / h))
 
-    # 4. The bandwidth simulator's full sweep.
+    # 4. A run's fixed cost: two short DiLoCo runs of one schedule (seeds 0 and 1) at the
+    #    protocol's batch; the second reuses the first's compiled steps (`learners.inner_fn`).
+    from .training import train
+
+    short = dataclasses.replace(config, algorithm=DiLoCo(inner_steps=h), steps=100, batch_size=4)
+    runs = []
+    for seed in (0, 1):
+        start = time.perf_counter()
+        train(dataclasses.replace(short, seed=seed), progress=False)
+        runs.append(time.perf_counter() - start)
+    out.update(first_run_s=runs[0], second_run_s=runs[1])
+
+    # 5. The bandwidth simulator's full sweep.
     out.update({f"bandwidth_{k}": v for k, v in bandwidth.bench_sweep().items()})
     _report(out)
     return out
@@ -198,6 +211,9 @@ def _report(o: dict) -> None:
     print(f"whole plans      per step of all learners, events included, / a DiLoCo inner step: "
           f"DiLoCo H=10 {o['diloco_plan_vs_inner']:.3f}; Decoupled H=10 P=4 τ=2 "
           f"{o['decoupled_vs_inner']:.3f}  (target <= 1.25)")
+    print(f"run fixed cost   100 DiLoCo steps of 8 × 4 sequences: first run "
+          f"{o['first_run_s']:.1f} s, a second of the same schedule {o['second_run_s']:.1f} s "
+          "(compiled steps shared)")
     print(f"bandwidth sweep  {o['bandwidth_sweep_s']:.3f} s for {o['bandwidth_cases']} cases")
 
 

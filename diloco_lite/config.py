@@ -106,16 +106,20 @@ class DDP:
 class DiLoCo:
     """H local steps per worker, then one outer Nesterov step on the mean pseudo-gradient (§2).
 
-    `outer_optimizer=None` means `optax.sgd(0.7, momentum=0.9, nesterov=True)`.
+    `outer_optimizer=None` means `optax.sgd(outer_lr, momentum=0.9, nesterov=True)`, the
+    paper's outer Nesterov at lr 0.7 by default (`outer_lr` is what the protocol experiments
+    tune; a custom `outer_optimizer` overrides both).
     """
 
     inner_steps: int = 50
+    outer_lr: float = 0.7
     outer_optimizer: Any = None
     elastic: bool = False
     name = "diloco"
 
     def __post_init__(self):
         check_int("DiLoCo.inner_steps", self.inner_steps, 1)
+        check_positive("DiLoCo.outer_lr", self.outer_lr)
         _check_bool("DiLoCo.elastic", self.elastic)
 
 
@@ -129,6 +133,7 @@ class StreamingDiLoCo:
     mix: float = 0.5
     bits: int = 4
     fragmentation: str = "balanced"
+    outer_lr: float = 0.7
     outer_optimizer: Any = None
     elastic: bool = False
     name = "streaming_diloco"
@@ -136,6 +141,7 @@ class StreamingDiLoCo:
     def __post_init__(self):
         _check_bool("StreamingDiLoCo.elastic", self.elastic)
         check_int("StreamingDiLoCo.inner_steps", self.inner_steps, 1)
+        check_positive("StreamingDiLoCo.outer_lr", self.outer_lr)
         check_int("StreamingDiLoCo.fragments", self.fragments, 1)
         check_int("StreamingDiLoCo.overlap", self.overlap, 0, self.inner_steps - 1)
         _check_mix("StreamingDiLoCo.mix", self.mix)
@@ -170,11 +176,13 @@ class DecoupledDiLoCo:
     grace_safety: float = 0.5
     merge: str = "rda"
     fragmentation: str = "balanced"
+    outer_lr: float = 0.7
     outer_optimizer: Any = None
     name = "decoupled_diloco"
 
     def __post_init__(self):
         check_int("DecoupledDiLoCo.inner_steps", self.inner_steps, 1)
+        check_positive("DecoupledDiLoCo.outer_lr", self.outer_lr)
         check_int("DecoupledDiLoCo.fragments", self.fragments, 1)
         check_int("DecoupledDiLoCo.overlap", self.overlap, 0, self.inner_steps - 1)
         _check_bits("DecoupledDiLoCo.bits", self.bits)
@@ -220,6 +228,11 @@ class RunConfig:
     `eval_every=None` evaluates about 20 times per run (and always at the last step).
     `cluster` (a `clock.Cluster`): step times, link and failures on the simulated clock;
     None means one second per step for every worker and a free link.
+    `warm_start` (a RunConfig of the same model, usually DDP): the run starts from that run's
+    final parameters (the DiLoCo paper's protocol: a shared data-parallel pre-training phase),
+    with a fresh inner optimizer; `seed` then sets only the batches (and the failure draw), and
+    the batches continue where the pre-training's stopped (`data_offset`), so no sequence drawn
+    for the pre-training is drawn again.
     """
 
     algorithm: Any = dataclasses.field(default_factory=DDP)
@@ -237,6 +250,7 @@ class RunConfig:
     eval_batches: int = 8
     seed: int = 0
     cluster: Any = None
+    warm_start: Any = None
 
     def __post_init__(self):
         check(
@@ -268,6 +282,17 @@ class RunConfig:
             check(isinstance(self.cluster, Cluster), "RunConfig.cluster", self.cluster,
                   "a diloco_lite.Cluster or None")
             self.cluster.check_learners(self.workers)
+        if self.warm_start is not None:
+            check(isinstance(self.warm_start, RunConfig), "RunConfig.warm_start",
+                  type(self.warm_start).__name__, "a RunConfig or None")
+            check(self.warm_start.model == self.model, "RunConfig.warm_start",
+                  f"model {self.warm_start.model}", f"a run of the same model ({self.model})")
+
+    @property
+    def data_offset(self) -> int:
+        """The data step of this run's first step: the steps of its warm-start chain."""
+        w = self.warm_start
+        return 0 if w is None else w.data_offset + w.steps
 
     @property
     def global_batch(self) -> int:

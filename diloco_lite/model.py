@@ -11,6 +11,7 @@ Shapes in names: B batch, L sequence length, D model width, V vocabulary, H head
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Any
 
@@ -73,7 +74,7 @@ class Transformer(nnx.Module):
         return self.embed.attend(self.ln_f(x_BxLxD))  # logits_BxLxV, tied embeddings
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: compiled steps key on it
 class Model:
     """The pure-function view of a `Transformer`: `init(seed) -> params`, `apply(params, x)`."""
 
@@ -96,6 +97,7 @@ class Model:
         return loss_and_accuracy(self, params, batch_BxL1)[0]
 
 
+@functools.cache  # one Model per config, so that runs of one config share compiled steps
 def build_model(cfg: ModelConfig) -> Model:
     """Abstract-initialize the transformer (no FLOPs) and return its pure-function view."""
     check(cfg.vocab_size is not None, "ModelConfig.vocab_size", None, "set (use the corpus's)")
@@ -105,12 +107,18 @@ def build_model(cfg: ModelConfig) -> Model:
 
 def loss_and_accuracy(model: Model, params: Params, batch_BxL1: jax.Array):
     """(mean cross-entropy, next-character accuracy) on one batch of `seq_len + 1` tokens."""
+    nll_BxL, correct_BxL = token_nll_and_correct(model, params, batch_BxL1)
+    return jnp.mean(nll_BxL), jnp.mean(correct_BxL)
+
+
+def token_nll_and_correct(model: Model, params: Params, batch_BxL1: jax.Array):
+    """Per predicted token: the cross-entropy and whether the argmax is right (bool),
+    `[B, seq_len]` each; `batch[:, :-1]` predicts `batch[:, 1:]`."""
     inputs_BxL, targets_BxL = batch_BxL1[:, :-1], batch_BxL1[:, 1:]
     logits_BxLxV = model.apply(params, inputs_BxL).astype(jnp.float32)
     logp_BxLxV = jax.nn.log_softmax(logits_BxLxV, axis=-1)
     nll_BxL = -jnp.take_along_axis(logp_BxLxV, targets_BxL[..., None], axis=-1)[..., 0]
-    accuracy = jnp.mean(jnp.argmax(logits_BxLxV, axis=-1) == targets_BxL)
-    return jnp.mean(nll_BxL), accuracy
+    return nll_BxL, jnp.argmax(logits_BxLxV, axis=-1) == targets_BxL
 
 
 def depth_order(params: Params) -> list[int]:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -22,14 +23,17 @@ from .config import check
 DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM = 0.7, 0.9
 
 
-def default_outer_optimizer() -> optax.GradientTransformation:
+@functools.cache  # one object per lr: the compiled syncs are shared across runs (`learners`)
+def default_outer_optimizer(lr: float = DEFAULT_OUTER_LR) -> optax.GradientTransformation:
     """DiLoCo's outer optimizer: SGD with Nesterov momentum (lr 0.7, momentum 0.9)."""
-    return optax.sgd(DEFAULT_OUTER_LR, momentum=DEFAULT_OUTER_MOMENTUM, nesterov=True)
+    return optax.sgd(lr, momentum=DEFAULT_OUTER_MOMENTUM, nesterov=True)
 
 
 def resolve_outer_optimizer(algorithm) -> optax.GradientTransformation:
+    """The algorithm's `outer_optimizer`, else Nesterov SGD at its `outer_lr`."""
     opt = getattr(algorithm, "outer_optimizer", None)
-    return default_outer_optimizer() if opt is None else opt
+    lr = float(getattr(algorithm, "outer_lr", DEFAULT_OUTER_LR))
+    return default_outer_optimizer(lr) if opt is None else opt
 
 
 def pseudo_gradient(global_params: Any, local_params: Any) -> Any:

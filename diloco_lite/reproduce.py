@@ -22,6 +22,7 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import __version__, paths, plots
@@ -29,7 +30,8 @@ from . import __version__, paths, plots
 JOBS = ("training", "bandwidth", "goodput")
 # A results row. `std` and `seeds` are set by the rows that average over seeds (the quality
 # table: value is then the mean, std the sample standard deviation); None elsewhere.
-COLUMNS = ("experiment", "method", "metric", "value", "std", "seeds", "published", "config")
+COLUMNS = ("experiment", "method", "metric", "value", "std", "seeds", "published", "config",
+           "note")
 
 
 def runs_dir(quick: bool) -> Path:
@@ -75,22 +77,84 @@ def run_key(config) -> str:
 
 
 def run_cached(config, directory: Path, *, progress: bool = True) -> pd.DataFrame:
-    """The history of `config`, from `directory` if it already ran, else trained and saved."""
-    from .training import train
-
-    if config.inner_optimizer is not None or getattr(config.algorithm, "outer_optimizer", None):
-        raise ValueError("run_cached needs default (None) optimizers so that its cache key is "
-                         "stable; got a custom optimizer")
+    """The history of `config`, from `directory` if it already ran, else trained and saved (a
+    warm-started run takes its warm start's parameters from `params_cached`)."""
+    _check_cacheable(config)
     path = directory / f"{run_key(config)}.csv"
     if path.exists():
         return pd.read_csv(path)
-    history = train(config, progress=progress).history
+    return _train_and_save(config, directory, progress).history
+
+
+def params_cached(config, directory: Path, *, progress: bool = True) -> dict:
+    """The final parameters of `config` (a warm start, trained once for every run that starts
+    from it): `<key>.params.npz` beside its history, else trained and saved with it."""
+    _check_cacheable(config)
+    path = directory / f"{run_key(config)}.params.npz"
+    if path.exists():
+        with np.load(path) as z:
+            return _unflatten({k: z[k] for k in z.files})
+    return _train_and_save(config, directory, progress, keep_params=True).params
+
+
+def _check_cacheable(config) -> None:
+    while config is not None:
+        if config.inner_optimizer is not None or getattr(config.algorithm, "outer_optimizer",
+                                                         None):
+            raise ValueError("run_cached needs default (None) optimizers so that its cache key "
+                             "is stable; got a custom optimizer")
+        config = config.warm_start
+
+
+def _train_and_save(config, directory: Path, progress: bool, keep_params: bool = False):
+    from .training import train
+
+    init = (params_cached(config.warm_start, directory, progress=progress)
+            if config.warm_start is not None else None)
+    result = train(config, progress=progress, init_params=init)
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    history.to_csv(tmp, index=False)
-    tmp.replace(path)  # atomic: a run is either fully cached or not at all
-    (directory / f"{run_key(config)}.txt").write_text(repr(config) + "\n")
-    return history
+    key = run_key(config)
+    if keep_params:
+        _atomic(directory / f"{key}.params.npz",
+                lambda f: np.savez(f, **_flatten(jax_to_numpy(result.params))))
+    _atomic(directory / f"{key}.csv", lambda f: result.history.to_csv(f, index=False), "w")
+    (directory / f"{key}.txt").write_text(repr(config) + "\n")
+    return result
+
+
+def _atomic(path: Path, write, mode: str = "wb") -> None:
+    """Write through a temporary file and rename: a file is either whole or absent."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, mode) as f:
+        write(f)
+    tmp.replace(path)
+
+
+def jax_to_numpy(tree):
+    import jax
+
+    return jax.tree.map(np.asarray, jax.device_get(tree))
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}/"))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _unflatten(flat: dict) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        *path, last = key.split("/")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
 
 
 class Session:
@@ -128,27 +192,44 @@ class Session:
                 display(chart)
 
 
-def training_job(figures_dir: Path, quick: bool, progress: bool = True) -> list[dict]:
+def training_job(figures_dir: Path, quick: bool, progress: bool = True,
+                 groups: tuple[str, ...] | None = None) -> list[dict]:
+    """Every training group (or those in `groups`): runs, figures, rows. The tuning group runs
+    first; when its runs choose another outer lr than `protocol.TUNED` records, it says so (the
+    runs after it use the recorded one)."""
     from . import experiments
+    from .experiments import protocol
 
     rows = []
     for group, configs in experiments.groups(quick).items():
+        if groups is not None and group not in groups:
+            continue
         print(f"[reproduce] training group '{group}': {len(configs)} runs", flush=True)
+        start = time.perf_counter()
         histories = {label: run_cached(cfg, runs_dir(quick), progress=progress)
                      for label, cfg in configs.items()}
         for name, chart in experiments.figures(group, histories).items():
             plots.save(chart, name, figures_dir)
         rows += experiments.rows(group, histories)
+        print(f"[reproduce] group '{group}' done in {time.perf_counter() - start:.0f} s",
+              flush=True)
+        if group == "tuning" and not quick:
+            for sentence in protocol.disagreements(histories):
+                print(f"[reproduce] WARNING: {sentence}", flush=True)
     return rows
 
 
 def reproduce(*, quick: bool = False, only: tuple[str, ...] = JOBS, figures_dir=None,
-              progress: bool = True) -> pd.DataFrame:
-    """Run the selected jobs, write the results table, return it as a DataFrame."""
+              progress: bool = True, groups: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """Run the selected jobs (and of the training job, the selected `groups`: default all),
+    write the results table (keeping the rows of what was not re-run), return it."""
+    from . import experiments
     from .config import check
 
     for job in only:
         check(job in JOBS, "only", job, f"a subset of {JOBS}")
+    for group in groups or ():
+        check(group in experiments.GROUPS, "groups", group, f"a subset of {experiments.GROUPS}")
     figures_dir = Path(figures_dir) if figures_dir else paths.figures_dir(quick)
     if "training" in only:
         from .devices import enable_compilation_cache
@@ -158,7 +239,7 @@ def reproduce(*, quick: bool = False, only: tuple[str, ...] = JOBS, figures_dir=
     for job in only:
         start = time.perf_counter()
         if job == "training":
-            rows += training_job(figures_dir, quick, progress)
+            rows += training_job(figures_dir, quick, progress, groups)
         elif job == "bandwidth":
             from .systems import bandwidth_report
 
@@ -169,13 +250,15 @@ def reproduce(*, quick: bool = False, only: tuple[str, ...] = JOBS, figures_dir=
             rows += goodput_report.reproduce_job(figures_dir, quick)
         print(f"[reproduce] {job} done in {time.perf_counter() - start:.0f} s", flush=True)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
-    write_results(table, figures_dir, merge=set(only) != set(JOBS))
+    write_results(table, figures_dir, merge=set(only) != set(JOBS) or groups is not None)
     return table
 
 
 def write_results(table: pd.DataFrame, figures_dir: Path, merge: bool = False) -> None:
     """`results.json` and `results.md` in `figures_dir`; with `merge`, keep the rows of the
     experiments that were not re-run."""
+    from .experiments import published
+
     figures_dir.mkdir(parents=True, exist_ok=True)
     path = figures_dir / "results.json"
     if merge and path.exists():
@@ -186,17 +269,21 @@ def write_results(table: pd.DataFrame, figures_dir: Path, merge: bool = False) -
     records = [{k: _clean(v) for k, v in r.items()} for r in table.to_dict("records")]
     for r in records:
         r["seeds"] = None if r["seeds"] is None else int(r["seeds"])
+        r["note"] = published.note(r)  # always from the current notes, never a stale one
     path.write_text(json.dumps(records, indent=1) + "\n")
     lines = ["# Results", "",
              "Generated by `make reproduce` (`python -m diloco_lite reproduce`); do not edit.",
-             "", "| experiment | method | metric | ours | published | config |",
-             "|---|---|---|---:|---:|---|"]
+             "Protocol rows (experiment `quality`, `protocol …`) report the test plays; "
+             "their hyperparameters were chosen on the tune plays.",
+             "", "| experiment | method | metric | ours | published | note | config |",
+             "|---|---|---|---:|---:|---|---|"]
     for r in records:
         ours = _fmt(r["value"])
         if r.get("std") is not None:
             ours += f" ± {_fmt(r['std'])} ({r['seeds']} seeds)"
+        pub = _fmt(r["published"]) if r["published"] is not None else "none"
         lines.append(f"| {r['experiment']} | {r['method']} | {r['metric']} | {ours} "
-                     f"| {_fmt(r['published'])} | {r['config']} |")
+                     f"| {pub} | {r['note']} | {r['config']} |")
     (figures_dir / "results.md").write_text("\n".join(lines) + "\n")
 
 

@@ -11,6 +11,7 @@ applies one optimizer update. The algorithms differ only in what happens to that
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,7 @@ def inner_step(loss_fn: Callable, optimizer: optax.GradientTransformation, param
     return optax.apply_updates(params, updates), opt_state, loss
 
 
+@functools.cache  # one object per schedule: runs of the same schedule share compiled steps
 def default_inner_optimizer(learning_rate: float, total_steps: int, warmup_steps: int,
                             weight_decay: float = 0.1) -> optax.GradientTransformation:
     """AdamW with linear warm-up and cosine decay to 10% (DiLoCo's inner optimizer, §2).

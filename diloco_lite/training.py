@@ -13,6 +13,7 @@ simulated clock) since the row before.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any
 
@@ -59,24 +60,46 @@ def setup(config: RunConfig):
 
 
 def make_evaluator(model, corpus, config: RunConfig):
-    """A jitted `evaluate(params) -> (val_loss, val_accuracy)` over fixed held-out batches."""
+    """A jitted `evaluate(params) -> {val_loss, val_accuracy, tune_*, test_*}` over fixed
+    held-out batches: `val` over all the held-out plays (the mean of the batches' means), `tune`
+    over the sequences that start in `data.TUNE_PLAYS` (where hyperparameters are chosen) and
+    `test` over those in `data.TEST_PLAYS` (what the quality tables report): one forward pass."""
+    return _evaluator(model, corpus, config.eval_batches, config.seq_len)
+
+
+@functools.lru_cache(maxsize=16)  # one compiled evaluator per model and batches
+def _evaluator(model, corpus, eval_batches: int, seq_len: int):
     import jax
     import jax.numpy as jnp
 
-    from .model import loss_and_accuracy
+    from .data import TUNE_PLAYS
+    from .model import token_nll_and_correct
 
-    data = jnp.asarray(corpus.eval_batches(config.eval_batches, batch_size=EVAL_BATCH,
-                                           seq_len=config.seq_len))
+    shape = dict(batch_size=EVAL_BATCH, seq_len=seq_len)
+    data = jnp.asarray(corpus.eval_batches(eval_batches, **shape))
+    tune = jnp.asarray(np.isin(corpus.eval_plays(eval_batches, **shape), TUNE_PLAYS),
+                       jnp.float32)
 
     @jax.jit
     def evaluate(params):
-        def one(_, batch):
-            return None, loss_and_accuracy(model, params, batch)
+        def one(_, x):
+            batch, tune_B = x
+            nll_BxL, correct_BxL = token_nll_and_correct(model, params, batch)
+            seq = jnp.stack([nll_BxL.mean(-1), correct_BxL.mean(-1)])  # [2, B]
+            split = jnp.stack([seq @ tune_B, seq @ (1.0 - tune_B)])  # [tune|test, loss|acc]
+            return None, (jnp.mean(nll_BxL), jnp.mean(correct_BxL), split)
 
-        _, (losses, accs) = jax.lax.scan(one, None, data)
-        return jnp.mean(losses), jnp.mean(accs)
+        _, (losses, accs, split) = jax.lax.scan(one, None, (data, tune))
+        counts = jnp.stack([jnp.sum(tune), jnp.sum(1.0 - tune)])
+        return jnp.mean(losses), jnp.mean(accs), split.sum(0) / jnp.maximum(counts, 1.0)[:, None]
 
-    return lambda params: tuple(float(x) for x in evaluate(jax.device_get(params)))
+    def run(params) -> dict[str, float]:
+        loss, acc, split = jax.device_get(evaluate(jax.device_get(params)))
+        return {"val_loss": float(loss), "val_accuracy": float(acc),
+                "tune_loss": float(split[0, 0]), "tune_accuracy": float(split[0, 1]),
+                "test_loss": float(split[1, 0]), "test_accuracy": float(split[1, 1])}
+
+    return run
 
 
 def eval_points(config: RunConfig) -> list[int]:
@@ -85,11 +108,13 @@ def eval_points(config: RunConfig) -> list[int]:
     return sorted({*range(every, config.steps, every), config.steps})
 
 
-def train(config: RunConfig, *, progress: bool = True) -> RunResult:
+def train(config: RunConfig, *, progress: bool = True, init_params=None) -> RunResult:
     """Run `config` and return its history and final parameters (deterministic given seed).
 
     The clock and schedule are planned first (`clock.plan.make_plan`); the loop then runs the
-    plan's blocks on the device and writes a history row at every evaluation point."""
+    plan's blocks on the device and writes a history row at every evaluation point. A run with
+    a `warm_start` starts from that run's final parameters: `init_params` when given (the run
+    cache passes them, `reproduce.params_cached`), else the warm start is trained first."""
     import jax
 
     from .algorithms import make_driver
@@ -99,6 +124,16 @@ def train(config: RunConfig, *, progress: bool = True) -> RunResult:
     check(isinstance(config, RunConfig), "config", type(config).__name__, "a RunConfig")
     corpus, model, mesh, optimizer = setup(config)
     params = model.init(config.seed)
+    if config.warm_start is not None:
+        if init_params is None:
+            init_params = train(config.warm_start, progress=progress).params
+        same = jax.tree.structure(init_params) == jax.tree.structure(params) and all(
+            np.shape(a) == np.shape(b) for a, b in zip(jax.tree.leaves(init_params),
+                                                      jax.tree.leaves(params), strict=True))
+        check(same, "init_params", "a tree of other shapes", f"the parameters of {config.model}")
+        params = jax.tree.map(lambda x: np.asarray(x, np.float32), init_params)
+    else:
+        check(init_params is None, "init_params", "given", "None for a run without warm_start")
     driver = make_driver(config, model, mesh, optimizer, params)
     plan = make_plan(config, up_nbytes=driver.up_nbytes, down_nbytes=driver.down_nbytes,
                      sizes=driver.sizes, rejoin_nbytes=driver.rejoin_nbytes,
@@ -124,11 +159,11 @@ def train(config: RunConfig, *, progress: bool = True) -> RunResult:
         done += block.steps
         bar.update(done.sum() / config.workers - bar.n)
         if block.events and block.events[-1].kind == "eval":
-            val_loss, val_acc = evaluate(driver.global_params(state))
-            rows.append({**block.events[-1].stats, "val_loss": val_loss, "val_accuracy": val_acc,
+            metrics = evaluate(driver.global_params(state))
+            rows.append({**block.events[-1].stats, **metrics,
                          "wall_time_s": time.perf_counter() - start, "diags": diags})
             diags = []
-            bar.set_postfix(val=f"{val_loss:.3f}", acc=f"{val_acc:.3f}")
+            bar.set_postfix(val=f"{metrics['val_loss']:.3f}", acc=f"{metrics['val_accuracy']:.3f}")
     bar.close()
     watchdog.stop()
     history = _history(rows, losses, plan)
@@ -179,6 +214,7 @@ class Watchdog:
 
 
 COLUMNS = ["step", "tokens", "sim_time_s", "train_loss", "val_loss", "val_accuracy",
+           "tune_loss", "tune_accuracy", "test_loss", "test_accuracy",
            "comm_bytes", "down_bytes", "peak_step_bytes", "peak_gbps", "peak_down_gbps",
            "outer_steps",
            "syncer_wait_s", "goodput", "learner_steps", "lost_steps", "failures", "wall_time_s"]
@@ -193,7 +229,7 @@ def _block_batches(corpus, config: RunConfig, block):
     cache = {}
     for w in np.flatnonzero(block.steps):
         for j in range(block.steps[w]):
-            k = int(block.first[w]) + j
+            k = config.data_offset + int(block.first[w]) + j
             if k not in cache:
                 cache[k] = corpus.batch(k, seed=config.seed, workers=m,
                                         batch_size=config.batch_size, seq_len=config.seq_len,
@@ -267,5 +303,8 @@ def run_label(config: RunConfig) -> str:
         if a.name == "decoupled_diloco":
             parts += [f"K={a.quorum}", a.merge.upper() if a.merge == "rda" else "mean"]
     parts += ["elastic"] if getattr(a, "elastic", False) else []
+    lr = getattr(a, "outer_lr", 0.7)
+    parts += [f"outer lr {lr:g}"] if lr != 0.7 else []
     parts += [f"M={config.workers}"] + ([f"seed={config.seed}"] if config.seed else [])
+    parts += [f"(warm start: {config.warm_start.steps} steps)"] if config.warm_start else []
     return " ".join(parts)

@@ -313,35 +313,56 @@ assert (speedup > 20).all()
 # behind compute. Under these assumptions the speed-up is 31–76×, consistent with "more than
 # 20×"; against DiLoCo (H = 24, lock-step, bf16) it is 2–4×.
 #
-# ## 8. Quality at equal tokens, over seeds
+# ## 8. Quality at equal tokens, by the papers' protocol
 #
 # The announcement's quality claim: 64.1% (Decoupled DiLoCo) against 64.4% (the synchronous
-# baseline) benchmark average. Ours: every method at equal tokens, each with three seeds (a
-# seed sets the initialisation, every learner's batches and, under chaos, the failure draw);
-# mean ± standard deviation over the seeds, and what each method sent. This is
-# `make reproduce`'s `quality` group; its seed-0 runs are the runs above.
+# baseline) benchmark average. A comparison like that only means something under the papers'
+# protocol, so every method here runs it (`experiments.protocol`): the same 4.9M tokens as the
+# runs above, in **2,400 steps of 32 sequences**, which gives **48 outer steps** at H = 50
+# (the runs above take 12); three seeds each (a seed sets the initialisation, every learner's
+# batches and, under chaos, the failure draw); and hyperparameters chosen on other data than
+# the data reported.
+#
+# **Choosing without peeking.** The five held-out plays are split: the outer learning rate of
+# each method is chosen from {0.4, 0.7, 1.0} on the *tune* plays (Julius Caesar, The Tempest),
+# and the table reports the *test* plays (Twelfth Night, King John, Macbeth). The choice is
+# recorded in `protocol.TUNED` so that the runs that use it are fixed in advance;
+# `make reproduce` says so when the tuning runs stop agreeing with it.
+
+# %%
+tuning_runs = session.run_group("tuning")
+grid = experiments.protocol.choose(tuning_runs)
+display(grid.pivot(index="method", columns="outer_lr", values="tune_loss")
+        .style.format("{:.4f}").highlight_min(axis=1, props="font-weight: bold")
+        .set_caption("final loss on the tune plays (the lowest per method is chosen)"))
+print("chosen:", dict(zip(grid[grid.chosen].method, grid[grid.chosen].outer_lr, strict=True)),
+      "| recorded in protocol.TUNED:", experiments.protocol.TUNED)
+session.show("tuning", tuning_runs)
 
 # %%
 quality_runs = session.run_group("quality")
 summary = experiments.quality.summary(quality_runs)
-summary["gap to DDP (points)"] = 100 * (summary.val_accuracy - summary.val_accuracy.iloc[0])
+summary["gap to DDP (points)"] = 100 * (summary.test_accuracy - summary.test_accuracy.iloc[0])
+summary["bytes ÷ vs DDP"] = summary.comm_bytes.iloc[0] / summary.comm_bytes
 summary["peak Mbit/s up"] = 1e3 * summary.peak_gbps
 shown = summary.set_index("method")
-shown["held-out accuracy"] = [f"{a:.2%} ± {s:.2%}" for a, s in
-                              zip(shown.val_accuracy, shown.val_accuracy_std, strict=True)]
-shown["held-out loss"] = [f"{a:.3f} ± {s:.3f}" for a, s in
-                          zip(shown.val_loss, shown.val_loss_std, strict=True)]
-display(shown[["seeds", "held-out accuracy", "held-out loss", "gap to DDP (points)", "comm_bytes",
-               "down_bytes", "peak_step_bytes", "peak Mbit/s up", "goodput"]].style.format(
-    {"gap to DDP (points)": "{:+.2f}", "comm_bytes": "{:,.0f}", "down_bytes": "{:,.0f}",
-     "peak_step_bytes": "{:,.0f}", "peak Mbit/s up": "{:.3f}", "goodput": "{:.1%}"}))
+shown["test-plays accuracy"] = [f"{a:.2%} ± {s:.2%}" for a, s in
+                                zip(shown.test_accuracy, shown.test_accuracy_std, strict=True)]
+shown["test-plays loss"] = [f"{a:.3f} ± {s:.3f}" for a, s in
+                            zip(shown.test_loss, shown.test_loss_std, strict=True)]
+display(shown[["seeds", "test-plays accuracy", "test-plays loss", "gap to DDP (points)",
+               "comm_bytes", "bytes ÷ vs DDP", "down_bytes", "peak_step_bytes", "peak Mbit/s up",
+               "goodput"]].style.format(
+    {"gap to DDP (points)": "{:+.2f}", "comm_bytes": "{:,.0f}", "bytes ÷ vs DDP": "{:,.0f}×",
+     "down_bytes": "{:,.0f}", "peak_step_bytes": "{:,.0f}", "peak Mbit/s up": "{:.3f}",
+     "goodput": "{:.1%}"}))
 session.show("quality", quality_runs)
 
 # %% [markdown]
 # The spread over seeds is the yardstick: a gap smaller than about two standard deviations is
-# not a difference. At this scale the runs take only 600 steps (12 outer steps at H = 50),
-# where DiLoCo-style methods trail DDP; the papers compare after many more outer steps (the
-# README's results section says how far apart we are, and why).
+# not a difference. The README's results section gives the numbers of the full run and what
+# they say against the papers'; notebook 02 (section 10) adds the warm start and the
+# scaling-law sweep.
 
 # %% [markdown]
 # ## Exercises

@@ -16,6 +16,8 @@ parameter over the axis, so the result is M times the true gradient. Notebook 01
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,6 +27,7 @@ from ..steps import inner_step
 from ..wire import WireFormat
 
 
+@functools.lru_cache(maxsize=16)  # runs of one model, mesh and schedule share it
 def ddp_step_fn(model, mesh, optimizer, donate: bool = True):
     """Jitted `step(params, opt_state, batch_MxBxL1, share_M) -> (params, opt_state, loss)`.
 

@@ -51,6 +51,7 @@ from ..wire import WireFormat
 MEAN_MERGED = ("embed", "pos")  # top-level parameter names merged by the weighted mean in RDA
 
 
+@functools.lru_cache(maxsize=16)  # runs of one shape and schedule share it (compiling: s)
 def inner_fn(model, mesh, optimizer, donate: bool = True):
     """Jitted `inner(local_M, state_M, batches_MxNxBxL1, mask_MxN) -> (local, state, loss_MxN)`."""
 
@@ -70,6 +71,7 @@ def inner_fn(model, mesh, optimizer, donate: bool = True):
                                  out_specs=(spec,) * 3), donate_argnums=(0, 1) if donate else ())
 
 
+@functools.lru_cache(maxsize=16)  # runs of one shape and schedule share it (compiling: s)
 def send_fn(mesh, wire: WireFormat):
     """Jitted `send(local_p, base_p, sent_p, mask_M) -> sent_p`: Δ = base − θ on the wire."""
 
@@ -82,6 +84,7 @@ def send_fn(mesh, wire: WireFormat):
                                  out_specs=spec), donate_argnums=(2,))
 
 
+@functools.lru_cache(maxsize=16)  # runs of one shape and schedule share it (compiling: s)
 def close_fn(mesh, outer_optimizer, up: WireFormat, down: WireFormat):
     """Jitted `close(global_p, outer_p, sent_p, weights_M, mean_leaves, rda, flush)
     -> (global_p, outer_p, diagnostics)` for one fragment (see the module docstring)."""

@@ -9,7 +9,7 @@
 |-----------------------------------------|----------|--------------|
 | h_sweep, m_sweep, shards, streaming     | 02, 03   | `diloco`     |
 | slow, chaos, ablations                  | 04       | `decoupled`  |
-| quality (every method, several seeds)   | 04       | `quality`    |
+| tuning, quality, warm_start, scaling    | 04, 02   | `protocol`, `quality`: the papers' protocol |
 
 Full mode: 8 workers × 16 sequences × 64 characters per step, 600 steps (reference H = 50).
 Quick mode (`DILOCO_LITE_QUICK=1`, CI) keeps every group, label and code path but shrinks the
@@ -25,7 +25,6 @@ from ..config import DDP, ModelConfig, RunConfig, check
 FULL_STEPS, QUICK_STEPS = 600, 40
 H_SWEEP = {False: (1, 10, 50, 200), True: (1, 4, 8, 20)}
 H_REF = {False: 50, True: 8}  # the DiLoCo H every other group uses
-WORKER_COUNTS = (2, 4, 8, 16)
 QUICK_MODEL = ModelConfig(d_model=32, n_layers=1, n_heads=2)
 
 
@@ -51,21 +50,30 @@ def describe(cfg: RunConfig) -> str:
     algo = " ".join([a.name] + [f"{s}={getattr(a, f)}" if s else str(getattr(a, f))
                                 for f, s in fields.items() if hasattr(a, f)])
     m = cfg.model
+    lr = getattr(a, "outer_lr", None)
+    algo += f" outer_lr={lr:g}" if lr is not None else ""
     text = (f"{algo}; M={cfg.workers} B={cfg.batch_size}/worker L={cfg.seq_len} "
             f"steps={cfg.steps} split={cfg.split} model d={m.d_model} layers={m.n_layers}")
-    return text + (f"; {cfg.cluster}" if cfg.cluster is not None else "")
+    text += f"; {cfg.cluster}" if cfg.cluster is not None else ""
+    if cfg.warm_start is not None:
+        text += f"; warm start: {cfg.warm_start.steps} steps of [{describe(cfg.warm_start)}]"
+    return text
 
 
-from . import decoupled, diloco, quality  # noqa: E402  (they use the helpers above)
+from . import decoupled, diloco, protocol, quality  # noqa: E402  (they use the helpers above)
 
+# protocol's tuning first: `make reproduce` checks its choice before the runs that use it
 _MODULES = {**dict.fromkeys(diloco.GROUPS, diloco), **dict.fromkeys(decoupled.GROUPS, decoupled),
-            **dict.fromkeys(quality.GROUPS, quality)}
+            "tuning": protocol, **dict.fromkeys(quality.GROUPS, quality),
+            **dict.fromkeys(protocol.GROUPS, protocol)}
 GROUPS = tuple(_MODULES)
 
 
 def groups(quick: bool) -> dict[str, dict[str, RunConfig]]:
     """Group name -> {label: RunConfig}, for every group of every notebook."""
-    return {**diloco.groups(quick), **decoupled.groups(quick), **quality.groups(quick)}
+    out = {**diloco.groups(quick), **decoupled.groups(quick), **protocol.groups(quick),
+           **quality.groups(quick)}
+    return {name: out[name] for name in GROUPS}
 
 
 def figures(group: str, histories: dict) -> dict[str, object]:

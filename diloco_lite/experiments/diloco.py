@@ -3,10 +3,12 @@
 Groups (full mode: 8 workers × 16 sequences × 64 characters per step, 600 steps):
 
 - `h_sweep`: DDP and DiLoCo H ∈ {1, 10, 50, 200}, all at equal tokens;
-- `m_sweep`: DiLoCo (H=50) on M ∈ {2, 4, 8, 16} workers with the **global batch held fixed**
-  (128 sequences: per-worker batch 128/M) **(choice)**, so that every run sees the same tokens
-  and does the same compute; the question is what it costs to split one job over more workers
-  that talk less, not whether more data helps. DDP (same global batch) for reference;
+- `m_sweep`: DiLoCo (H=50) on M ∈ {1, 2, 4, 8} workers with the **global batch held fixed**
+  **(choice)**, so that every run sees the same tokens and does the same compute; the question
+  is what it costs to split one job over more workers that talk less, not whether more data
+  helps. DDP (same global batch) for reference. These are the protocol's runs (`protocol`:
+  32 sequences per step, 2,400 steps, 48 outer steps), the default-model cell of its scaling
+  sweep;
 - `shards`: DDP and DiLoCo (H=50) on i.i.d. vs by-genre (non-i.i.d.) shards;
 - `streaming`: DDP, DiLoCo H=50 and Streaming DiLoCo with P=4 fragments (balanced vs layers),
   overlap τ ∈ {0, 1, 5}, mixing α ∈ {0, 0.5} and bits ∈ {32, 4}.
@@ -21,7 +23,7 @@ import dataclasses
 import pandas as pd
 
 from ..config import DiLoCo, RunConfig, StreamingDiLoCo
-from . import H_REF, H_SWEEP, WORKER_COUNTS, base_config, describe
+from . import H_REF, H_SWEEP, base_config, describe
 
 GROUPS = ("h_sweep", "m_sweep", "shards", "streaming")
 
@@ -48,11 +50,9 @@ def groups(quick: bool) -> dict[str, dict[str, RunConfig]]:
     for k in H_SWEEP[quick]:
         h_sweep[f"DiLoCo H={k}"] = dataclasses.replace(base, algorithm=DiLoCo(inner_steps=k))
 
-    global_batch = base.global_batch
-    m_sweep = {"DDP": ddp}
-    for m in WORKER_COUNTS:
-        m_sweep[f"DiLoCo M={m}"] = dataclasses.replace(diloco, workers=m,
-                                                       batch_size=global_batch // m)
+    from .protocol import m_sweep as protocol_m_sweep
+
+    m_sweep = protocol_m_sweep(quick)
 
     shards = {
         "DDP": ddp,

@@ -21,32 +21,32 @@ _DECADES = ("abs(log(datum.value) / LN10 - round(log(datum.value) / LN10)) < 1e-
 
 
 def accuracy_with_spread(summary: pd.DataFrame) -> alt.HConcatChart:
-    """Left: mean held-out accuracy (dot) ± one standard deviation over seeds (bar) per method.
+    """Left: mean test-plays accuracy (dot) ± one standard deviation over seeds (bar) per method.
     Right: total bytes sent, log scale. `summary`: `experiments.quality.summary`'s table."""
     df = summary.assign(
-        low=summary.val_accuracy - summary.val_accuracy_std,
-        high=summary.val_accuracy + summary.val_accuracy_std,
+        low=summary.test_accuracy - summary.test_accuracy_std,
+        high=summary.test_accuracy + summary.test_accuracy_std,
         text=[f"{a:.1%} ± {s:.1%} ({n} seeds)" for a, s, n in
-              zip(summary.val_accuracy, summary.val_accuracy_std, summary.seeds, strict=True)],
+              zip(summary.test_accuracy, summary.test_accuracy_std, summary.seeds, strict=True)],
         sent=[nbytes(b) for b in summary.comm_bytes])
     order = list(df.method)
     colour = alt.Color("method:N", legend=None, scale=alt.Scale(
         domain=order, range=[_COLOUR.get(m, "#8C8C8C") for m in order]))
     y = alt.Y("method:N", sort=order, title=None)
-    axis = dict(title="held-out next-char accuracy", axis=alt.Axis(format="%"),
+    axis = dict(title="next-char accuracy on the test plays", axis=alt.Axis(format="%"),
                 scale=alt.Scale(zero=False, padding=30))
-    x = alt.X("val_accuracy:Q", **axis)
+    x = alt.X("test_accuracy:Q", **axis)
     base = alt.Chart(df).encode(y=y)
     bars = base.mark_rule(strokeWidth=3).encode(x=alt.X("low:Q", **axis), x2="high:Q",
                                                 color=colour)
     dots = base.mark_point(filled=True, size=90, opacity=1).encode(
-        x=x, color=colour, tooltip=["method", alt.Tooltip("val_accuracy:Q", format=".2%"),
-                                    alt.Tooltip("val_accuracy_std:Q", format=".2%", title="std"),
+        x=x, color=colour, tooltip=["method", alt.Tooltip("test_accuracy:Q", format=".2%"),
+                                    alt.Tooltip("test_accuracy_std:Q", format=".2%", title="std"),
                                     "seeds:Q"])
     text = base.mark_text(align="left", dx=8, dy=-10, fontSize=10, color="#333").encode(
         x=x, text="text:N")
     acc = (bars + dots + text).properties(width=360, height=34 * len(order),
-                                          title="Held-out accuracy, mean ± std over seeds")
+                                          title="Test-plays accuracy, mean ± std over seeds")
     sent_x = alt.X("comm_bytes:Q", title="total bytes sent (log scale)",
                    scale=alt.Scale(type="log", padding=20), axis=alt.Axis(labelExpr=_DECADES))
     bytes_base = alt.Chart(df).encode(y=alt.Y("method:N", sort=order, axis=None), x=sent_x)
@@ -55,4 +55,5 @@ def accuracy_with_spread(summary: pd.DataFrame) -> alt.HConcatChart:
     sent_text = bytes_base.mark_text(align="left", dx=8, dy=-10, fontSize=10,
                                      color="#333").encode(text="sent:N")
     sent = (sent + sent_text).properties(width=220, height=34 * len(order), title="Bytes sent")
-    return alt.hconcat(acc, sent).properties(title="Quality at equal tokens")
+    return alt.hconcat(acc, sent).properties(
+        title="Quality at equal tokens, by the papers' protocol (48 outer steps)")
