@@ -360,9 +360,19 @@ session.show("quality", quality_runs)
 
 # %% [markdown]
 # The spread over seeds is the yardstick: a gap smaller than about two standard deviations is
-# not a difference. The README's results section gives the numbers of the full run and what
-# they say against the papers'; notebook 02 (section 10) adds the warm start and the
-# scaling-law sweep.
+# not a difference. In the full run (`make reproduce`; test plays, 3 seeds):
+#
+# - DDP 48.4% ± 0.2; DiLoCo 44.0% ± 0.2 (50× fewer bytes); Streaming DiLoCo 44.2% ± 0.1
+#   (365×); Decoupled DiLoCo **45.1% ± 0.1**, and **45.2% ± 0.1 under chaos**;
+# - the announcement's claim has two halves. *Chaos costs Decoupled DiLoCo nothing*
+#   (+0.1 points, within the spread): reproduced. *Decoupled DiLoCo is within 0.3 points of
+#   the synchronous baseline*: only against the other low-communication methods (it beats
+#   DiLoCo by 1.2 points, RDA keeping the size of a merged step); against DDP it is 3.3 points
+#   short. The goal of DiLoCo within 1 point of DDP is not met from scratch (4.5 points);
+# - why, with the evidence (notebook 02, section 10): a warm start brings DiLoCo to 1.6 points
+#   and Decoupled DiLoCo to 1.2; the scaling-law sweep shows the gap growing with the number of
+#   workers at a fixed global batch (8 workers × 4 sequences here), as the scaling-law paper
+#   finds for its smallest models.
 
 # %% [markdown]
 # ## Exercises
