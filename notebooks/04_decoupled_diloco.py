@@ -367,8 +367,8 @@ session.show("quality", quality_runs)
 # - the announcement's claim has two halves. *Chaos costs Decoupled DiLoCo nothing*
 #   (+0.1 points, within the spread): reproduced. *Decoupled DiLoCo is within 0.3 points of
 #   the synchronous baseline*: only against the other low-communication methods (it beats
-#   DiLoCo by 1.2 points, RDA keeping the size of a merged step); against DDP it is 3.3 points
-#   short. The goal of DiLoCo within 1 point of DDP is not met from scratch (4.5 points);
+#   DiLoCo by 1.2 points; section 6's ablations credit RDA with about half a point of that);
+#   against DDP it is 3.3 points short. The goal of DiLoCo within 1 point of DDP is not met from scratch (4.5 points);
 # - why, with the evidence (notebook 02, section 10): a warm start brings DiLoCo to 1.6 points
 #   and Decoupled DiLoCo to 1.2; the scaling-law sweep shows the gap growing with the number of
 #   workers at a fixed global batch (8 workers × 4 sequences here), as the scaling-law paper
