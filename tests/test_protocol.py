@@ -46,6 +46,7 @@ def _scaling_histories(pct: dict, big: tuple[float, float]) -> dict:
             out[protocol.scaling_label(size, steps, f"M={m}")] = _final(
                 test_loss=2.0 * (1 + p / 100), test_accuracy=0.5)
     size, steps = list(pct)[-1]
+    steps //= protocol.LARGE_BATCH  # the 4x-batch runs: a quarter of the steps, equal tokens
     out[protocol.scaling_label(size, steps, "DDP, 4× batch")] = _final(test_loss=big[0],
                                                                        test_accuracy=0.4)
     out[protocol.scaling_label(size, steps, "M=8, 4× batch")] = _final(test_loss=big[1],
@@ -90,7 +91,7 @@ def test_every_protocol_group_shares_the_protocol_and_the_warm_start():
         assert w.algorithm == dl.DDP() and w.steps == protocol.WARM_STEPS[quick]
         assert all(c.data_offset == w.steps for c in warm.values())
         tokens = {c.tokens_per_step * c.steps for k, c in g["scaling"].items()
-                  if f"· {protocol.STEPS[quick]} steps ·" in k}
+                  if f"· {protocol.STEPS[quick]} steps ·" in k or "4×" in k}
         assert len(tokens) == 1  # the M sweep and the 4x batch: equal tokens
         big = g["scaling"][next(k for k in g["scaling"] if k.endswith("M=8, 4× batch"))]
         assert big.global_batch == 4 * 8 * protocol.BATCH[quick]

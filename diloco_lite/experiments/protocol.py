@@ -137,7 +137,7 @@ def m_sweep(quick: bool) -> dict:
 
 def _large_batch(quick: bool) -> dict:
     """DDP and DiLoCo M = 8 at 4× the global batch and a quarter of the steps (equal tokens),
-    on the protocol's default model."""
+    on the protocol's default model; labelled with their own (quarter) length."""
     size, model = list(SIZES[quick].items())[-1]
     steps = STEPS[quick]
     base = protocol_base(quick, model=model, batch_size=BATCH[quick] * LARGE_BATCH,
@@ -145,7 +145,7 @@ def _large_batch(quick: bool) -> dict:
     diloco = dataclasses.replace(base, algorithm=DiLoCo(inner_steps=H_REF[quick] // LARGE_BATCH
                                                         if quick else H_REF[quick],
                                                         outer_lr=TUNED["DiLoCo"]))
-    return {"key": (size, steps), "DDP": base, "M=8": diloco}
+    return {"key": (size, steps // LARGE_BATCH), "DDP": base, "M=8": diloco}
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,8 +239,9 @@ def findings(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
     sizes = list(dict.fromkeys(plain["size"]))
     steps_all = sorted(set(plain.steps))
     shrinks = [pct(sizes[-1], n, 8) < pct(sizes[0], n, 8) for n in steps_all]
-    big = t[t.method.str.contains("4×")]
-    small = plain[(plain["size"] == big["size"].iloc[0]) & (plain.steps == big.steps.iloc[0])]
+    big = t[t.method.str.contains("4×")]  # a quarter of the steps: the same tokens as `small`
+    small = plain[(plain["size"] == big["size"].iloc[0])
+                  & (plain.steps == LARGE_BATCH * big.steps.iloc[0])]
 
     def drop(method, small_method):
         return 100 * (float(big[big.method == method].test_loss.iloc[0])
