@@ -116,7 +116,7 @@ def _train_and_save(config, directory: Path, progress: bool, keep_params: bool =
     key = run_key(config)
     if keep_params:
         _atomic(directory / f"{key}.params.npz",
-                lambda f: np.savez(f, **_flatten(jax_to_numpy(result.params))))
+                lambda f: np.savez(f, **_flatten(_to_numpy(result.params))))
     _atomic(directory / f"{key}.csv", lambda f: result.history.to_csv(f, index=False), "w")
     (directory / f"{key}.txt").write_text(repr(config) + "\n")
     return result
@@ -130,7 +130,7 @@ def _atomic(path: Path, write, mode: str = "wb") -> None:
     tmp.replace(path)
 
 
-def jax_to_numpy(tree):
+def _to_numpy(tree):
     import jax
 
     return jax.tree.map(np.asarray, jax.device_get(tree))

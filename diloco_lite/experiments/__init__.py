@@ -60,6 +60,17 @@ def describe(cfg: RunConfig) -> str:
     return text
 
 
+def matching_configs(groups_of, group: str, histories: dict) -> dict[str, RunConfig]:
+    """`groups_of(quick)[group]` for the mode (full, else quick) whose labels and run lengths
+    match the histories', so that a results row names the config that produced it; else {}."""
+    for quick in (False, True):
+        cfgs = groups_of(quick)[group]
+        if all(k in cfgs and abs(h.step.iloc[-1] - cfgs[k].steps) < 1e-9
+               for k, h in histories.items()):
+            return cfgs
+    return {}
+
+
 from . import decoupled, diloco, protocol, quality  # noqa: E402  (they use the helpers above)
 
 # protocol's tuning first: `make reproduce` checks its choice before the runs that use it

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..clock import Cluster, FailureRate
 from ..config import DecoupledDiLoCo, DiLoCo
-from . import H_REF, QUICK_STEPS, base_config, describe
+from . import H_REF, QUICK_STEPS, base_config, describe, matching_configs
 
 GROUPS = ("slow", "chaos", "ablations")
 SLOW = Cluster(step_time_s=(1.0,) * 7 + (2.0,))
@@ -210,9 +210,4 @@ def ablation_table(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def _configs(group: str, histories: dict[str, pd.DataFrame]) -> dict:
-    for quick in (False, True):
-        cfgs = groups(quick)[group]
-        if all(k in cfgs for k in histories) and all(
-                abs(h.step.iloc[-1] - cfgs[k].steps) < 1e-9 for k, h in histories.items()):
-            return cfgs
-    return {}
+    return matching_configs(groups, group, histories)

@@ -23,7 +23,7 @@ import dataclasses
 import pandas as pd
 
 from ..config import DiLoCo, RunConfig, StreamingDiLoCo
-from . import H_REF, H_SWEEP, base_config, describe
+from . import H_REF, H_SWEEP, base_config, describe, matching_configs
 
 GROUPS = ("h_sweep", "m_sweep", "shards", "streaming")
 
@@ -156,11 +156,7 @@ def rows(group: str, histories: dict[str, pd.DataFrame]) -> list[dict]:
 
 def _configs(group: str, histories: dict[str, pd.DataFrame]) -> dict[str, RunConfig]:
     """The group's configs (full or quick: whichever matches the histories' lengths)."""
-    for quick in (False, True):
-        cfgs = groups(quick)[group]
-        if all(k in cfgs and int(h.step.iloc[-1]) == cfgs[k].steps for k, h in histories.items()):
-            return cfgs
-    return {}
+    return matching_configs(groups, group, histories)
 
 
 def _ppl_ratio(f: pd.Series, ref: pd.Series) -> float:

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import DDP, DiLoCo, ModelConfig, StreamingDiLoCo
-from . import H_REF, QUICK_MODEL, base_config, describe
+from . import H_REF, QUICK_MODEL, base_config, describe, matching_configs
 
 GROUPS = ("tuning", "warm_start", "scaling")
 STEPS = {False: 2400, True: 40}
@@ -151,10 +151,6 @@ def _large_batch(quick: bool) -> dict:
 # --------------------------------------------------------------------------------------------
 # Analyses
 # --------------------------------------------------------------------------------------------
-
-
-def final(histories: dict[str, pd.DataFrame], column: str) -> dict[str, float]:
-    return {k: float(h[column].iloc[-1]) for k, h in histories.items()}
 
 
 def choose(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -328,9 +324,4 @@ def rows(group: str, histories: dict[str, pd.DataFrame]) -> list[dict]:
 
 
 def _configs(group: str, histories: dict[str, pd.DataFrame]) -> dict:
-    for quick in (False, True):
-        cfgs = groups(quick)[group]
-        if all(k in cfgs and abs(h.step.iloc[-1] - cfgs[k].steps) < 1e-9
-               for k, h in histories.items()):
-            return cfgs
-    return {}
+    return matching_configs(groups, group, histories)

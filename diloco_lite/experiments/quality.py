@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import describe
+from . import describe, matching_configs
 
 GROUPS = ("quality",)
 SEEDS = (0, 1, 2)
@@ -114,12 +114,10 @@ def figures(group: str, histories: dict[str, pd.DataFrame]) -> dict[str, object]
 
 def _configs(histories: dict[str, pd.DataFrame]) -> dict[str, str]:
     """Method -> the config line of its seed-0 run (seeds listed), if these are our runs."""
-    for quick in (False, True):
-        cfgs = groups(quick)["quality"]
-        if all(k in cfgs and abs(h.step.iloc[-1] - cfgs[k].steps) < 1e-9
-               for k, h in histories.items()):
-            seeds = sorted({split_label(k)[1] for k in histories})
-            return {m: describe(cfgs[label(m, seeds[0])]) + f"; seeds {seeds}; reported on the "
-                    "test plays; outer lr chosen on the tune plays"
-                    for m in {split_label(k)[0] for k in histories}}
+    cfgs = matching_configs(groups, "quality", histories)
+    if cfgs:
+        seeds = sorted({split_label(k)[1] for k in histories})
+        return {m: describe(cfgs[label(m, seeds[0])]) + f"; seeds {seeds}; reported on the "
+                "test plays; outer lr chosen on the tune plays"
+                for m in {split_label(k)[0] for k in histories}}
     return {}
