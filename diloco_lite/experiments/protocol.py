@@ -292,11 +292,12 @@ def rows(group: str, histories: dict[str, pd.DataFrame]) -> list[dict]:
                     "config": (describe(cfg) if cfg is not None else "") + note})
 
     if group == "tuning":
-        for r in choose(histories).itertuples():
+        grid = choose(histories)
+        for r in grid.itertuples():
             label = f"{r.method} · outer lr {r.outer_lr:g}"
             add(label, "tune-plays loss", r.tune_loss, label=label)
             add(label, "tune-plays accuracy", r.tune_accuracy, label=label)
-        for r in choose(histories)[lambda d: d.chosen].itertuples():
+        for r in grid[grid.chosen].itertuples():
             agree = "agrees with" if TUNED[r.method] == r.outer_lr else "DIFFERS from"
             add(r.method, "chosen outer lr (tune plays)", r.outer_lr,
                 note=f"grid {list(OUTER_LRS)}; {agree} the recorded TUNED={TUNED[r.method]:g}")
