@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+
+# `reproduce` trains on 2 emulated devices, 4 workers vmapped on each: on the 2 cores of this
+# machine (and of CI or a Colab CPU) that is 14–39% faster than one device per worker (8 device
+# threads on 2 cores; measured per 2,400-step protocol run, compilation included: DiLoCo 56 → 45
+# s, Streaming 64 → 51 s, Decoupled 65 → 56 s, DDP 73 → 45 s). Same training, other layout: the
+# numbers agree with the notebooks' (8 devices) to float rounding, and the run cache serves both.
+REPRODUCE_DEVICES = 2
 
 
 def main(argv=None) -> int:
@@ -27,7 +33,8 @@ def main(argv=None) -> int:
 
     import diloco_lite as dl
 
-    dl.emulate_devices(int(os.environ.get("DILOCO_LITE_DEVICES", "8")))
+    # `$DILOCO_LITE_DEVICES` overrides either count (`emulate_devices`).
+    dl.emulate_devices(8 if args.command == "bench" else REPRODUCE_DEVICES)
     if args.command == "bench":
         from .bench import bench, stress
 

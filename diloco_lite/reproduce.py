@@ -118,8 +118,16 @@ def _train_and_save(config, directory: Path, progress: bool, keep_params: bool =
         _atomic(directory / f"{key}.params.npz",
                 lambda f: np.savez(f, **_flatten(_to_numpy(result.params))))
     _atomic(directory / f"{key}.csv", lambda f: result.history.to_csv(f, index=False), "w")
-    (directory / f"{key}.txt").write_text(repr(config) + "\n")
+    (directory / f"{key}.txt").write_text(f"{config!r}\n# trained by {_layout()}\n")
     return result
+
+
+def _layout() -> str:
+    """What trained a run (not in its key: the layouts agree to float-rounding drift, README)."""
+    import jax
+
+    devices = jax.devices()
+    return f"jax {jax.__version__} on {len(devices)} {devices[0].platform} device(s)"
 
 
 def _atomic(path: Path, write, mode: str = "wb") -> None:
