@@ -363,9 +363,9 @@ session.show("quality", quality_runs)
 # not a difference. In the full run (`make reproduce`; test plays, 3 seeds):
 #
 # - DDP 48.4% ± 0.2; DiLoCo 44.0% ± 0.2 (50× fewer bytes); Streaming DiLoCo 44.2% ± 0.1
-#   (365×); Decoupled DiLoCo **45.1% ± 0.1**, and **45.2% ± 0.1 under chaos**;
+#   (365×); Decoupled DiLoCo **45.2% ± 0.1**, and **45.2% ± 0.1 under chaos**;
 # - the announcement's claim has two halves. *Chaos costs Decoupled DiLoCo nothing*
-#   (+0.1 points, within the spread): reproduced. *Decoupled DiLoCo is within 0.3 points of
+#   (+0.05 points, within the spread): reproduced. *Decoupled DiLoCo is within 0.3 points of
 #   the synchronous baseline*: only against the other low-communication methods (it beats
 #   DiLoCo by 1.2 points; section 6's ablations credit RDA with about half a point of that);
 #   against DDP it is 3.3 points short. The goal of DiLoCo within 1 point of DDP is not met from scratch (4.5 points);
