@@ -8,8 +8,10 @@ import sys
 # `reproduce` trains on 2 emulated devices, 4 workers vmapped on each: on the 2 cores of this
 # machine (and of CI or a Colab CPU) that is 14–39% faster than one device per worker (8 device
 # threads on 2 cores; measured per 2,400-step protocol run, compilation included: DiLoCo 56 → 45
-# s, Streaming 64 → 51 s, Decoupled 65 → 56 s, DDP 73 → 45 s). Same training, other layout: the
-# numbers agree with the notebooks' (8 devices) to float rounding, and the run cache serves both.
+# s, Streaming 64 → 51 s, Decoupled 65 → 56 s, DDP 73 → 45 s). It is the emulated count that
+# matters: a 2-device mesh among 8 emulated devices runs the same program 55% slower. Same
+# training, other layout: the numbers agree with the notebooks' (8 devices) to float-rounding
+# drift (README, "Two commands"), and the run cache serves both.
 REPRODUCE_DEVICES = 2
 
 
