@@ -7,7 +7,7 @@
 - It trains on 2 emulated devices (`__main__.REPRODUCE_DEVICES`: 4 workers vmapped on each,
   faster on 2 cores than 8 single-worker devices); the notebooks train the same runs on 8. The
   key leaves the layout out, so the two share runs: their numbers agree to float-rounding drift
-  (README, "Reproducing"), and each run's `<key>.txt` records what trained it.
+  (README, "Two commands"), and each run's `<key>.txt` records what trained it.
 - The bandwidth and goodput reproductions come from `bandwidth_report` and `goodput_report`.
 - Results land in `figures/results.md` and `figures/results.json`: every number next to the
   published one (where there is one) and the config that produced it.
