@@ -101,7 +101,6 @@ def plan_runner(config, corpus, model, mesh, optimizer, params):
     from .clock.plan import make_plan
     from .training import Watchdog, _block_batches, run_label
 
-    watchdog = Watchdog(f"bench ({run_label(config)})")
     driver = make_driver(config, model, mesh, optimizer, params)
     plan = make_plan(config, up_nbytes=driver.up_nbytes, down_nbytes=driver.down_nbytes,
                      sizes=driver.sizes, rejoin_nbytes=driver.rejoin_nbytes, eval_at=[])
@@ -110,12 +109,15 @@ def plan_runner(config, corpus, model, mesh, optimizer, params):
 
     def run():
         state = jax.tree.map(lambda x: x.copy(), state0)  # the inner call donates its buffers
-        for block, batches, mask in blocks:
-            state, _, _ = driver.run(state, block, batches, mask)
-            # as `training.train` does: a block dispatched while the previous one's collective
-            # still waits can deadlock XLA:CPU's device threads (`devices`; seen here)
-            jax.block_until_ready(state)
-            watchdog.beat()
+        # watched only while it runs (a watchdog left running would end a notebook's kernel)
+        with Watchdog(f"bench ({run_label(config)})") as watchdog:
+            for block, batches, mask in blocks:
+                state, _, _ = driver.run(state, block, batches, mask)
+                # as `training.train` does: a block dispatched while the previous one's
+                # collective still waits can deadlock XLA:CPU's device threads (`devices`;
+                # seen here)
+                jax.block_until_ready(state)
+                watchdog.beat()
 
     return run
 

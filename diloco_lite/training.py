@@ -144,28 +144,29 @@ def train(config: RunConfig, *, progress: bool = True, init_params=None) -> RunR
 
     rows, losses, diags, start = [], [], [], time.perf_counter()
     done = np.zeros(config.workers, int)
-    bar = _progress(config, progress)
-    watchdog = Watchdog(run_label(config))
-    for block in plan.blocks:
-        batches, mask = _block_batches(corpus, config, block)
-        state, block_losses, block_diags = driver.run(state, block, batches, mask)
-        # Wait for the block before dispatching the next: programs queued ahead can hold XLA:CPU's
-        # device threads while a collective waits for its last participants (`devices`).
-        jax.block_until_ready(state)
-        watchdog.beat()
-        if block_losses:
-            losses.append((block_losses, block.steps))
-        diags += block_diags
-        done += block.steps
-        bar.update(done.sum() / config.workers - bar.n)
-        if block.events and block.events[-1].kind == "eval":
-            metrics = evaluate(driver.global_params(state))
-            rows.append({**block.events[-1].stats, **metrics,
-                         "wall_time_s": time.perf_counter() - start, "diags": diags})
-            diags = []
-            bar.set_postfix(val=f"{metrics['val_loss']:.3f}", acc=f"{metrics['val_accuracy']:.3f}")
-    bar.close()
-    watchdog.stop()
+    # both closed on every way out (an exception, a KeyboardInterrupt): a watchdog left running
+    # would end the process (a notebook's kernel) `stall_s` later
+    with _progress(config, progress) as bar, Watchdog(run_label(config)) as watchdog:
+        for block in plan.blocks:
+            batches, mask = _block_batches(corpus, config, block)
+            state, block_losses, block_diags = driver.run(state, block, batches, mask)
+            # Wait for the block before dispatching the next: programs queued ahead can hold
+            # XLA:CPU's device threads while a collective waits for its last participants
+            # (`devices`).
+            jax.block_until_ready(state)
+            watchdog.beat()
+            if block_losses:
+                losses.append((block_losses, block.steps))
+            diags += block_diags
+            done += block.steps
+            bar.update(done.sum() / config.workers - bar.n)
+            if block.events and block.events[-1].kind == "eval":
+                metrics = evaluate(driver.global_params(state))
+                rows.append({**block.events[-1].stats, **metrics,
+                             "wall_time_s": time.perf_counter() - start, "diags": diags})
+                diags = []
+                bar.set_postfix(val=f"{metrics['val_loss']:.3f}",
+                                acc=f"{metrics['val_accuracy']:.3f}")
     history = _history(rows, losses, plan)
     params = jax.device_get(driver.global_params(state))
     fragments = pd.DataFrame(plan.fragments).rename_axis("fragment").reset_index()
@@ -177,7 +178,12 @@ class Watchdog:
     """Ends the process, with a message that says what to do, when a run makes no progress for
     `stall_s` seconds (`$DILOCO_LITE_STALL_S`, default 600): a run stuck in XLA's CPU
     collectives cannot be interrupted from Python, and would otherwise hang (or be killed by XLA
-    much later with a cryptic message). Progress is a finished block (a few inner steps)."""
+    much later with a cryptic message). Progress is a finished block (a few inner steps).
+
+    A context manager: it watches only inside `with Watchdog(label) as dog: ... dog.beat()`,
+    and is stopped on every way out of the block, an exception or a KeyboardInterrupt included
+    (a watchdog left running would end a notebook's kernel `stall_s` after the user pressed
+    stop)."""
 
     def __init__(self, label: str, stall_s: float | None = None):
         import os
@@ -185,24 +191,36 @@ class Watchdog:
 
         self.label = label
         self.stall_s = float(stall_s or os.environ.get("DILOCO_LITE_STALL_S", 600))
+        check(self.stall_s > 0, "Watchdog.stall_s", self.stall_s, "> 0 seconds")
         self.last = time.monotonic()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread = threading.Thread(target=self._watch, daemon=True,
+                                        name=f"diloco_lite watchdog: {label}")
+
+    def __enter__(self) -> Watchdog:
+        self.last = time.monotonic()
         self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
     def beat(self) -> None:
         self.last = time.monotonic()
 
     def stop(self) -> None:
+        """Stop watching, and wait for the watching thread to end."""
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0)
 
     def _watch(self) -> None:
         import os
         import sys
 
         while not self._stop.wait(min(10.0, self.stall_s / 4)):
-            if time.monotonic() - self.last > self.stall_s:
-                print(f"\ndiloco_lite: {self.label} has made no progress for {self.stall_s:.0f} s: "
+            if time.monotonic() - self.last > self.stall_s and not self._stop.is_set():
+                print(f"\ndiloco_lite: {self.label} has made no progress for {self.stall_s:g} s: "
                       "the emulated devices' collectives look stuck (XLA:CPU, more devices than "
                       "cores, a busy machine). Exiting now. What to do: restart the kernel (or "
                       "process) and run again; close other heavy programs; or emulate fewer "

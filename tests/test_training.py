@@ -1,5 +1,6 @@
 """The training loop's bookkeeping (history rows) and its watchdog."""
 
+import os
 import subprocess
 import sys
 
@@ -8,6 +9,8 @@ import pytest
 
 from diloco_lite.clock.plan import Plan
 from diloco_lite.training import COLUMNS, _history
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def row(t, diags=()):
@@ -40,21 +43,67 @@ def test_pseudo_gradient_norm_is_the_whole_models():
     assert history.pseudo_grad_cosine.iloc[0] == pytest.approx(0.4)
 
 
+def run_python(code: str, timeout: float = 120, **env) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter (the watchdog ends its process with `os._exit`)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **env}, cwd=ROOT)
+
+
 def test_watchdog_ends_a_stuck_run_with_a_message():
     code = ("import time; from diloco_lite.training import Watchdog\n"
-            "w = Watchdog('DDP M=8', stall_s=1.0)\n"
-            "time.sleep(30)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+            "with Watchdog('DDP M=8', stall_s=1.0):\n    time.sleep(30)\n")
+    out = run_python(code)
     assert out.returncode == 3
     assert "no progress for 1 s" in out.stderr and "DILOCO_LITE_DEVICES=4" in out.stderr
 
 
 def test_watchdog_stays_quiet_while_progress_is_made():
     code = ("import time; from diloco_lite.training import Watchdog\n"
-            "w = Watchdog('DDP M=8', stall_s=1.0)\n"
-            "for _ in range(8):\n    time.sleep(0.3); w.beat()\n"
-            "w.stop(); print('finished')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 0 and out.stdout.strip() == "finished"
+            "with Watchdog('DDP M=8', stall_s=1.0) as w:\n"
+            "    for _ in range(8):\n        time.sleep(0.3); w.beat()\n"
+            "time.sleep(2.0); print('finished')\n")
+    out = run_python(code)
+    assert out.returncode == 0 and out.stdout.strip() == "finished", out.stderr
+
+
+def test_watchdog_is_stopped_when_its_block_is_interrupted():
+    """A KeyboardInterrupt (or any exception) inside the `with` stops the watchdog: the process
+    is still alive well past the stall limit, and the watching thread has ended."""
+    code = ("import threading, time; from diloco_lite.training import Watchdog\n"
+            "try:\n"
+            "    with Watchdog('DDP M=8', stall_s=0.5) as w:\n"
+            "        raise KeyboardInterrupt\n"
+            "except KeyboardInterrupt:\n    print('interrupted')\n"
+            "time.sleep(3.0)\n"
+            "print('alive', w._thread.is_alive(), threading.active_count())\n")
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["interrupted", "alive", "False", "1"]
+
+
+def test_an_interrupted_train_stops_its_watchdog_and_closes_its_progress_bar():
+    """`train` interrupted inside its loop (here: by its first block's batches) leaves no
+    watchdog behind to end the process `stall_s` later, and its progress bar closed."""
+    code = """
+import threading, time
+from tqdm.auto import tqdm
+import diloco_lite as dl
+from diloco_lite import training
+from tests.helpers import tiny_run
+
+bars = []
+progress = training._progress
+training._progress = lambda *a: bars.append(progress(*a)) or bars[-1]
+def interrupt(*a):
+    raise KeyboardInterrupt
+training._block_batches = interrupt
+try:
+    training.train(tiny_run(dl.DiLoCo(inner_steps=3), workers=2))
+except KeyboardInterrupt:
+    print("interrupted", len(bars), bars[0] in tqdm._instances)
+time.sleep(3.0)
+print("alive", sum("watchdog" in t.name for t in threading.enumerate()))
+"""
+    out = run_python(code, DILOCO_LITE_STALL_S="0.5", JAX_NUM_CPU_DEVICES="2")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["interrupted", "1", "False", "alive", "0"]
