@@ -73,9 +73,13 @@ stress: $(STAMP)
 	$(PY) -m diloco_lite bench --stress
 
 ## make lab: JupyterLab on the notebooks (installs the `notebooks` extra on first use)
+# As root (Docker, devcontainers, cloud notebooks) Jupyter refuses to start without --allow-root.
+# tests/test_lab.py starts the server with this same line.
+LAB = $(VENV)/bin/jupyter lab$(if $(filter 0,$(shell id -u)), --allow-root) notebooks/
+
 lab: $(STAMP)
-	$(PY) -c "import jupyterlab" 2>/dev/null || $(PY) -m pip install -q -e ".[dev,notebooks]"
-	$(VENV)/bin/jupyter lab notebooks/
+	$(PY) -c "import jupyterlab, ipywidgets" 2>/dev/null || $(PY) -m pip install -q -e ".[dev,notebooks]"
+	$(LAB)
 
 ## make notebooks-sync: the blank exercises from their solutions, then every .ipynb (outputs
 ## stripped, stable cell ids, the kernel's language_info) from its .py source of truth

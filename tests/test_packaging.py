@@ -1,10 +1,14 @@
-"""Packaging: environment.yml pins what pyproject.toml pins; importing starts no backend."""
+"""Packaging: environment.yml pins what pyproject.toml pins; the build warns of nothing deprecated;
+importing starts no backend."""
 
 import re
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
+import pytest
 import tomllib
 import yaml  # noqa: F401  (pyyaml comes with jupytext)
 
@@ -32,6 +36,45 @@ def test_environment_yml_matches_pyproject():
     yml = {**conda, **_pins(pip_lines)}
     assert py == yml
     assert len(py) >= 15
+
+
+def test_the_build_warns_of_nothing_deprecated(tmp_path):
+    """The sdist and wheel build as pip builds them (PEP 517 hooks), with no deprecation warning
+    (e.g. `project.license as a TOML table is deprecated`), and the license as SPDX metadata."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import Requirement
+
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    wanted = next(Requirement(r) for r in build["requires"] if r.startswith("setuptools"))
+    assert not wanted.specifier.contains("76.1.0"), "the SPDX license string needs setuptools>=77"
+    try:
+        have = version("setuptools")
+    except PackageNotFoundError:
+        have = None
+    if have is None or not wanted.specifier.contains(have):
+        pytest.skip(f"setuptools {have} here, the build needs {wanted} (the [dev] extra pins it; "
+                    "the Colab lane's stack doesn't)")
+    src = tmp_path / "src"  # a copy: the build writes build/ and *.egg-info next to its sources
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE", "setup.py", "setup.cfg", "MANIFEST.in"):
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "diloco_lite", src / "diloco_lite",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    out = tmp_path / "dist"
+    hooks = ("import sys, setuptools.build_meta as b; out = sys.argv[1];"  # the hooks edit argv
+             "print(b.build_sdist(out)); print(b.build_wheel(out))")
+    run = subprocess.run([sys.executable, "-W", "always", "-c", hooks, str(out)], cwd=src,
+                         capture_output=True, text=True, timeout=120)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log
+    warned = [line for line in log.splitlines() if re.search(r"deprecat", line, re.IGNORECASE)]
+    assert not warned, "the build warns:\n" + "\n".join(warned) + "\n\nfull output:\n" + log
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA")))
+    assert "License-Expression: MIT" in metadata.decode().splitlines()
 
 
 def test_import_does_not_start_a_backend():
