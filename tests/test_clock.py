@@ -72,8 +72,11 @@ def test_timeline_is_deterministic_and_seeded():
                 failures=FailureRate(mtbf_s=50.0, down_s=5.0))
     a, b = Timeline(c, 4), Timeline(c, 4)
     durations = [a.duration(1, k) for k in range(2000)]
-    assert [b.duration(1, k) for k in range(2000)][::-1] == durations[::-1]
-    assert [a.window(2, i) for i in range(30)] == [b.window(2, i) for i in range(30)]
+    windows = [a.window(2, i) for i in range(30)]
+    # whatever was asked before: b is asked about other learners first, then backwards
+    b.duration(0, 3000), b.duration(3, 10), b.window(0, 40), b.window(3, 5)
+    assert [b.duration(1, k) for k in reversed(range(2000))] == durations[::-1]
+    assert [b.window(2, i) for i in reversed(range(30))] == windows[::-1]
     base = a.nominal[1]
     assert all(0.8 * base <= d <= 1.2 * base for d in durations)
     windows = [a.window(2, i) for i in range(400)]
