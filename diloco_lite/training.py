@@ -235,7 +235,8 @@ COLUMNS = ["step", "tokens", "sim_time_s", "train_loss", "val_loss", "val_accura
            "tune_loss", "tune_accuracy", "test_loss", "test_accuracy",
            "comm_bytes", "down_bytes", "peak_step_bytes", "peak_gbps", "peak_down_gbps",
            "outer_steps",
-           "syncer_wait_s", "goodput", "learner_steps", "lost_steps", "failures", "wall_time_s"]
+           "syncer_wait_s", "goodput", "learner_steps", "useful_steps", "lost_steps",
+           "overlap_lost_steps", "failures", "complete", "wall_time_s"]
 
 
 def _block_batches(corpus, config: RunConfig, block):

@@ -12,6 +12,7 @@ import diloco_lite as dl
 from diloco_lite.algorithms import make_driver
 from diloco_lite.algorithms.ddp import ddp_step_fn
 from diloco_lite.algorithms.learners import close_fn, inner_fn
+from diloco_lite.clock.plan import make_plan
 from diloco_lite.comm import collective_bytes, collectives_in_hlo, shape_bytes
 from diloco_lite.devices import AXIS, worker_mesh
 from diloco_lite.model import build_model
@@ -100,9 +101,11 @@ def test_the_sync_moves_exactly_the_booked_b_bit_payload(setup, bits):
     assert out["by_kind"]["all-gather"] == 8 * wire.tree_nbytes(params)
 
 
-@pytest.mark.parametrize("algo", [dl.DDP(), dl.DiLoCo(inner_steps=2),
-                                  dl.StreamingDiLoCo(inner_steps=4, fragments=3, overlap=1,
-                                                     bits=4)])
+@pytest.mark.parametrize("algo", [
+    dl.DDP(), dl.DiLoCo(inner_steps=2),
+    dl.StreamingDiLoCo(inner_steps=4, fragments=3, overlap=1, bits=4),
+    # every learner answers every ask (K = M, equal speeds), with the syncer's RDA merge
+    dl.DecoupledDiLoCo(inner_steps=4, fragments=3, overlap=1, bits=4, quorum=8, merge="rda")])
 def test_history_bytes_match_the_compiled_program(algo):
     """comm_bytes booked by a run = Σ over its syncs of the bytes the compiled sync moves."""
     cfg = tiny_run(algo, steps=8, eval_every=8)
@@ -121,7 +124,8 @@ def test_history_bytes_match_the_compiled_program(algo):
         for p, idx in enumerate(driver.frags):
             ops = collective_bytes(driver.close, take_leaves(state["global"], idx),
                                    state["outer"][p], state["sent"][p], jnp.ones(8),
-                                   mean_leaves=driver.mean_leaves[p], rda=False, flush=False)
+                                   mean_leaves=driver.mean_leaves[p], rda=driver.rda,
+                                   flush=False)
             per_sync.append(ops["by_kind"]["all-gather"])
         syncs = list(result.fragments.syncs)
     assert result.final.comm_bytes == sum(b * n for b, n in zip(per_sync, syncs, strict=True))
@@ -148,3 +152,32 @@ def test_fragments_lower_the_peak_bytes():
     assert list(results[4].fragments.syncs) == [3, 3, 3, 2]
     # about 4x lower peak per step (the fragments are balanced, not exactly equal)
     assert 3.0 <= one.peak_step_bytes / four.peak_step_bytes <= 5.0
+
+
+def test_decoupled_books_the_answers_the_all_gather_moves_every_slot():
+    """With K = 1 on a jittery cluster some learners do not answer an ask. The close's
+    all-gather still moves all 8 slots (the emulation), but a learner that did not answer sent
+    nothing: comm_bytes = answers × one payload (= the all-gather's bytes / 8), counted here
+    from the plan's send events, fewer than 8 per close."""
+    algo = dl.DecoupledDiLoCo(inner_steps=4, fragments=2, overlap=1, bits=4, quorum=1)
+    cfg = tiny_run(algo, steps=12, eval_every=12, cluster=dl.Cluster(jitter=0.4, seed=3))
+    result = dl.train(cfg, progress=False)
+    corpus, model, mesh, optimizer = setup_run(cfg)
+    params = model.init(0)
+    driver = make_driver(cfg, model, mesh, optimizer, params)
+    state = driver.init(params)
+    payload = []
+    for p, idx in enumerate(driver.frags):
+        ops = collective_bytes(driver.close, take_leaves(state["global"], idx),
+                               state["outer"][p], state["sent"][p], jnp.ones(8),
+                               mean_leaves=driver.mean_leaves[p], rda=True, flush=False)
+        assert ops["by_kind"]["all-gather"] % 8 == 0
+        payload.append(ops["by_kind"]["all-gather"] // 8)
+    plan = make_plan(cfg, up_nbytes=driver.up_nbytes, down_nbytes=driver.down_nbytes,
+                     sizes=driver.sizes, rejoin_nbytes=driver.rejoin_nbytes, eval_at=[12])
+    sends = [e for b in plan.blocks for e in b.events if e.kind == "send"]
+    closes = [e for b in plan.blocks for e in b.events if e.kind == "close"]
+    answers = sum(int(e.mask.sum()) for e in sends)
+    assert answers < 8 * len(closes)  # some learners were left out
+    assert result.final.comm_bytes == sum(int(e.mask.sum()) * payload[e.fragment]
+                                          for e in sends)

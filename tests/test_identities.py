@@ -90,6 +90,67 @@ def test_decoupled_in_its_synchronous_limit_is_streaming(streaming8):
     assert max_abs_diff(streaming8.params, rda.params) > 1e-4
 
 
+def rda_by_hand(deltas):
+    """Radial-directional averaging of equally weighted Δ_m (lists of arrays, taken together):
+    r = mean ‖Δ_m‖, u = mean Δ_m/‖Δ_m‖, Δ = r · u/‖u‖ (ALGORITHMS.md §4)."""
+    norms = [np.sqrt(sum(np.sum(x * x) for x in d)) for d in deltas]
+    u = [np.mean([d[i] / n for d, n in zip(deltas, norms, strict=True)], 0)
+         for i in range(len(deltas[0]))]
+    scale = np.mean(norms) / np.sqrt(sum(np.sum(x * x) for x in u))
+    return [scale * x for x in u]
+
+
+def decoupled_rda_by_hand(cfg):
+    """Decoupled DiLoCo in its synchronous limit with the RDA merge: H = 3, P = 1, τ = 0,
+    b = 32, SGD(0.5) inner, Nesterov(0.7, 0.9) outer over 7 steps: outer steps after steps 3
+    and 6, each merging the embeddings (`embed`, `pos`) by the mean and every other tensor by
+    RDA over them together; after step 7 the end-of-run flush: the plain mean, no momentum."""
+    corpus, model, _, _ = setup(cfg)
+    m = cfg.workers
+    params = model.init(cfg.seed)
+    names = [path[0].key for path, _ in jax.tree_util.tree_leaves_with_path(params)]
+    leaves, treedef = jax.tree.flatten(params)
+    glob = [np.asarray(x, np.float64) for x in leaves]
+    local = [[g.copy() for g in glob] for _ in range(m)]
+    momentum = [np.zeros_like(g) for g in glob]
+    rda_idx = [i for i, n in enumerate(names) if n not in ("embed", "pos")]
+    grad = jax.jit(jax.grad(model.loss))
+    for t in range(1, cfg.steps + 1):
+        batch = corpus.batch(t - 1, seed=cfg.seed, workers=m, batch_size=cfg.batch_size,
+                             seq_len=cfg.seq_len)
+        for w in range(m):
+            g = jax.tree.leaves(grad(jax.tree.unflatten(treedef, [jnp.float32(x) for x in
+                                                                 local[w]]), batch[w]))
+            local[w] = [x - 0.5 * np.asarray(gi, np.float64)
+                        for x, gi in zip(local[w], g, strict=True)]
+        if t % 3 and t < cfg.steps:
+            continue
+        deltas = [[glob[i] - local[w][i] for i in range(len(glob))] for w in range(m)]
+        merged = [np.mean([d[i] for d in deltas], 0) for i in range(len(glob))]
+        if t % 3 == 0:  # an outer step: RDA for all but the embeddings
+            for i, d in zip(rda_idx, rda_by_hand([[d[i] for i in rda_idx] for d in deltas]),
+                            strict=True):
+                merged[i] = d
+            for i in range(len(glob)):
+                momentum[i] = 0.9 * momentum[i] + merged[i]
+                glob[i] = glob[i] - 0.7 * (merged[i] + 0.9 * momentum[i])
+        else:  # the flush
+            glob = [g - d for g, d in zip(glob, merged, strict=True)]
+        local = [[g.copy() for g in glob] for _ in range(m)]
+    return jax.tree.unflatten(treedef, glob)
+
+
+def test_decoupled_with_rda_matches_a_plain_loop_and_flushes_by_the_mean():
+    """The syncer's default merge, RDA, in the synchronous limit, on a run that ends with a
+    flush (7 steps, H = 3): the flush is the plain mean (an RDA flush moves the last step's
+    update by ~‖mean‖/mean‖Δ_m‖, far outside the tolerance)."""
+    cfg = tiny_run(dl.DecoupledDiLoCo(inner_steps=3, fragments=1, overlap=0, bits=32,
+                                      **{**SYNC_LIMIT, "merge": "rda"}), steps=7, eval_every=7)
+    library = run(cfg)
+    assert list(library.fragments.syncs) == [3]  # two outer steps and the flush
+    assert_trees_close(library.params, decoupled_rda_by_hand(cfg), rtol=1e-4, atol=1e-6)
+
+
 # --------------------------------------------------------------------------------------------
 # Streaming DiLoCo against a plain loop
 # --------------------------------------------------------------------------------------------

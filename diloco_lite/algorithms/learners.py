@@ -16,11 +16,17 @@ Compiled pieces (one inner step, one wire format, one outer update for every met
   of a device, inside `shard_map`): zero collectives. A learner whose mask is off for a step
   keeps its state bit for bit (it is not due, or it is down).
 - `send`: the learners in the mask put Δ = base − θ through `WireFormat(bits)` (no collective).
-- `close`: ONE all-gather of the b-bit payloads — exactly the bytes the learners sent — then, on
-  every device alike, decode, merge with the weights (weighted mean; RDA for Decoupled DiLoCo,
-  with the embeddings by the weighted mean) and take the outer step. Its diagnostics (the merged
-  Δ's norm, the mean pairwise cosine and the mean norm of the Δ_m) come from the gathered Δ_m,
-  at no extra communication.
+- `close`: ONE all-gather of the b-bit payloads, then, on every device alike, decode, merge with
+  the weights (weighted mean; RDA for Decoupled DiLoCo, with the embeddings by the weighted
+  mean) and take the outer step; the end-of-run flush merges by the plain weighted mean and
+  takes no outer step, whatever the merge rule. The all-gather moves every learner's slot, M
+  payloads; on a real network a learner left out of the merge (weight 0: it did not answer)
+  sends nothing, so `comm_bytes` books the answers, one payload each: the compiled program
+  moves exactly the booked bytes when every learner answers (lock-step methods always; tested
+  against the HLO in test_comm.py). Its diagnostics (the merged Δ's norm, the mean pairwise
+  cosine and the mean norm of the Δ_m) come from the gathered Δ_m, at no extra communication.
+  The driver waits for each close before it dispatches the next program: nothing is queued
+  behind a collective that waits for its participants (`devices`).
 - `arrive`: the learners in the mask take the fragment: θ ← α·θ + (1−α)·Θ, base ← Θ.
 - `reload`: returning learners take Θ and a healthy peer's inner optimizer state.
 """
@@ -97,8 +103,9 @@ def close_fn(mesh, outer_optimizer, up: WireFormat, down: WireFormat):
         sent_M = gather(sent_p)  # the sync's one collective
         deltas_M = [jax.vmap(lambda s, g=g: up.decode(s, g.shape))(s_M)
                     for g, s_M in zip(global_p, sent_M, strict=True)]
-        merged = merge(deltas_M, weights_M, mean_leaves if rda else None)
-        if flush:  # end of run: the plain (weighted) average of the learners, no momentum
+        # end of run: the plain (weighted) average of the learners, no momentum, never RDA
+        merged = merge(deltas_M, weights_M, mean_leaves if rda and not flush else None)
+        if flush:
             new = [g - d for g, d in zip(global_p, merged, strict=True)]
         else:
             new, outer_p = outer_step(outer_optimizer, global_p, outer_p, merged)
@@ -238,6 +245,7 @@ class LearnersDriver:
                     flush=ev.flush)
                 state["global"], state["outer"] = put_leaves(state["global"], idx, new), outer
                 diags.append((p, ev.flush, diag))
+                jax.block_until_ready(new)  # the all-gather is done before anything is queued
             elif ev.kind == "arrive":
                 idx = self.frags[ev.fragment]
                 local, base = arrive(take_leaves(state["local"], idx),

@@ -28,7 +28,7 @@ import math
 
 from ..config import check
 from . import Timeline, ring_factor
-from .plan import Recorder
+from .recorder import Recorder
 from .schedule import Schedule
 
 MAX_RESTARTS_PER_STEP = 100
@@ -56,6 +56,9 @@ def plan_lockstep(rec: Recorder, schedule: Schedule, timeline: Timeline, *, step
         t += 1
         if elastic and not any(up):  # everyone is down: the first one back starts alone
             m0 = min(back, key=back.get)
+            check(math.isfinite(back[m0]), "Cluster.failures", timeline.cluster.failures,
+                  f"windows that leave a worker to finish the run (after step {t - 1} of "
+                  f"{steps} every worker is down for good)")
             fin[m0], up[m0] = back.pop(m0), True
             rec.reload(m0, m0, fin[m0])
         g = gate.get(t - 1, 0.0)
@@ -89,9 +92,10 @@ def plan_lockstep(rec: Recorder, schedule: Schedule, timeline: Timeline, *, step
         now = max([fin[m] for m in range(M) if up[m]] + [0.0])
         sends = schedule.sends_after(t) if end else []
         for p in sends:
-            who = [m for m in end if rec.since[m][p] >= 1]
-            if not who:
-                continue
+            # every worker that took this step sends: its Δ holds ≥ 1 step since its base, as
+            # the schedule keeps arrivals (τ < H steps after a send) before the next send of p
+            # (tests/test_syncer.py checks it on the plans)
+            who = list(end)
             arrival = exchange(p, now)
             weights = dict.fromkeys(who, 1.0)
             if ddp:  # the all-reduce is part of the step itself
@@ -122,7 +126,7 @@ def plan_lockstep(rec: Recorder, schedule: Schedule, timeline: Timeline, *, step
                 rec.send(p, who, now, flush=True)
                 done = max(done, exchange(p, now))
                 rec.close(p, dict.fromkeys(who, 1.0), done, flush=True)
-    rec.eval(steps, done)
+    rec.eval(steps, done, last=True)
 
 
 def _first_failure(timeline: Timeline, wi: list, before: float):

@@ -6,9 +6,12 @@ or failed learner simply does fewer of them. The syncer asks for fragment p at t
 steps of the one `Schedule` (every H steps of the reference step time t_ref, offsets spread over
 the period), then (ALGORITHMS.md §4):
 
-1. each up learner answers at its next step boundary, once it has taken ≥ 1 step since its base
-   of p: it sends Δ = base − θ through the wire format over its own link (first in first out);
-2. quorum: the syncer waits for K answers (a down learner answers after it is back);
+1. each up learner answers at its next step boundary: it sends Δ = base − θ through the wire
+   format over its own link (first in first out). Δ holds every step since its base, so a
+   learner whose previous answer of p was merged answers only once it has applied that merge's
+   result (else it would send merged steps again: it answers at the step after it applies);
+2. quorum: the syncer waits for K answers of learners that are up (a failed learner has weight
+   0: its answers, even one already on the wire, are dropped; it answers after it is back);
 3. grace: then it waits up to g = safety · slack longer, slack = τ·t_ref − (t_quorum + t_sync)
    (t_quorum: time from the ask to the quorum, t_sync: sending the result back), and closes as
    soon as every up learner has answered;
@@ -22,7 +25,9 @@ The syncer keeps one version of each fragment in flight: its next ask of p comes
 scheduled time after the previous version is published. A failed learner is left out of every
 merge and loses its unsynced work; when it is back it loads the global fragments and a healthy
 peer's inner optimizer state. At the end, each fragment not in flight is merged once more (plain
-weighted average, no outer momentum) from the up learners that hold its newest version.
+weighted average, no outer momentum) from the up learners that hold its newest version. A run
+whose learners are all down for good ends short: its last row says `complete=False`, with a
+warning. Goodput is booked by what the merges hold (`recorder`).
 
 With equal speeds, no failures, K = M, τ = 0 (so no grace) and a free link, every ask finds
 every learner at the same step, every learner answers at once, and the merge is DiLoCo's (P = 1)
@@ -35,9 +40,10 @@ import dataclasses
 import heapq
 import itertools
 import math
+import warnings
 
 from . import Timeline
-from .plan import Recorder
+from .recorder import Recorder
 from .schedule import Schedule
 
 # Order of events at equal times: an ask reaches a learner that finishes a step at that very
@@ -75,6 +81,7 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
         heapq.heappush(heap, (t, kind, next(seq), data))
 
     up, wi, k = [True] * M, [0] * M, [0] * M  # up; next failure window; own steps done
+    life = [0] * M  # failures so far: an answer sent before a failure is dropped
     version, held = [0] * P, [[0] * P for _ in range(M)]
     asked = [set() for _ in range(M)]  # fragments asked of m and not answered yet
     ask_pos = [[None] * P for _ in range(M)]  # position at m's first boundary after the ask
@@ -109,6 +116,8 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
             return
         for m in range(M):
             asked[m].discard(p)
+        for m in set(s.sent) - s.arrived:
+            rec.drop(p, m)  # closed without it: its work stays unmerged in the learner
         published = down_time(p, t)
         down_free = published - link.latency_s
         weights = {m: s.sent[m] for m in sorted(s.arrived)}
@@ -150,20 +159,22 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
             for p in sorted(asked[m]):
                 if ask_pos[m][p] is None:
                     ask_pos[m][p] = rec.position(m)
-                if rec.since[m][p] >= 1:
-                    syncs[p].sent[m] = weight(m, p)
-                    rec.send(p, [m], t)
-                    up_free[m] = max(up_free[m], t) + link.busy_s(rec.up_nbytes[p])
-                    push(up_free[m] + link.latency_s, RESPONSE, p, m, syncs[p].id)
-                    asked[m].discard(p)
+                if rec.merged[m][p]:
+                    continue  # its last answer was merged and it has not applied the result
+                syncs[p].sent[m] = weight(m, p)  # since[m][p] >= 1: it has just taken a step
+                rec.send(p, [m], t)
+                up_free[m] = max(up_free[m], t) + link.busy_s(rec.up_nbytes[p])
+                push(up_free[m] + link.latency_s, RESPONSE, p, m, syncs[p].id, life[m])
+                asked[m].discard(p)
             push(t, APPLY, m)
             if processed == budget:
                 push(t, END)
         elif kind == RESPONSE:
-            p, m, sid = data
+            p, m, sid, lived = data
             s = syncs[p]
-            if s is None or s.id != sid:
-                continue  # that sync closed without it (the bytes were sent all the same)
+            if s is None or s.id != sid or lived != life[m]:
+                continue  # that sync closed without it, or it failed since (bytes booked all
+                # the same: they were sent)
             s.arrived.add(m)
             if s.quorum_t is None and len(s.arrived) >= algo.quorum:
                 s.quorum_t = t
@@ -173,7 +184,7 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
             maybe_close(p, t)
         elif kind == DEADLINE:
             p, sid = data
-            if syncs[p] is not None and syncs[p].id == sid:
+            if syncs[p] is not None and syncs[p].id == sid and t >= syncs[p].deadline:
                 maybe_close(p, t, deadline=True)
         elif kind == PUBLISH:
             publish(*data, t)
@@ -191,12 +202,19 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
         elif kind == FAIL:
             (m,) = data
             up[m], due[m], ask_pos[m] = False, {}, [None] * P
+            life[m] += 1
             rec.fail(m)
             back = timeline.window(m, wi[m])[1]
             wi[m] += 1
             if math.isfinite(back):
                 push(back, REJOIN, m)
             for p in range(P):
+                s = syncs[p]
+                if s is not None:  # weight 0: out of the merge and of the quorum
+                    s.sent.pop(m, None)
+                    s.arrived.discard(m)
+                    if s.quorum_t is not None and len(s.arrived) < algo.quorum:
+                        s.quorum_t, s.deadline = None, math.inf
                 maybe_close(p, t)
         elif kind == REJOIN:
             (m,) = data
@@ -206,10 +224,17 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
             start_step(m, t)
         else:  # END
             break
-    _finish(rec, heap, publish, up, held, version, weight, P, M, t, min(steps, processed / M))
+    complete = processed == budget
+    if not complete:
+        warnings.warn(f"Decoupled DiLoCo: every learner is down for good after {processed} of "
+                      f"{budget} learner-steps, so the run ends short (at step "
+                      f"{processed / M:g} of {steps}; its last history row says complete=False)",
+                      RuntimeWarning, stacklevel=2)
+    _finish(rec, heap, publish, up, held, version, weight, P, M, t, min(steps, processed / M),
+            complete)
 
 
-def _finish(rec, heap, publish, up, held, version, weight, P, M, t, progress) -> None:
+def _finish(rec, heap, publish, up, held, version, weight, P, M, t, progress, complete) -> None:
     """End of the run: publish what is in flight, flush the rest, evaluate."""
     in_flight = set()
     for when, kind, _, data in sorted(heap):
@@ -223,4 +248,4 @@ def _finish(rec, heap, publish, up, held, version, weight, P, M, t, progress) ->
         if p not in in_flight and who:
             rec.send(p, list(who), t, flush=True)
             rec.close(p, who, t, flush=True)
-    rec.eval(progress, t)
+    rec.eval(progress, t, last=True, complete=complete)

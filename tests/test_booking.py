@@ -1,0 +1,209 @@
+"""Goodput and lost steps booked by what the merges hold, a failed learner out of the quorum,
+the end-of-run flush by the plain mean, and the edges of the planners (issue 16).
+
+Each scenario's numbers are worked out by hand in its docstring from the clock's rules
+(`clock.syncer`, `clock.recorder`): who answers when, which sync closes with whom, which
+arrival overwrites what."""
+
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import diloco_lite as dl
+from diloco_lite.algorithms.learners import close_fn
+from diloco_lite.clock import Cluster, FailureRate
+from diloco_lite.clock.plan import make_plan
+from diloco_lite.devices import AXIS, worker_mesh
+from diloco_lite.wire import WireFormat
+
+T2 = float(16 * 64) ** 2  # (tokens per step)² with RunConfig's default batch 16 × 64
+
+
+def plan(cluster=None, workers=4, steps=12, algo=None, **kw):
+    algo = algo or dl.DecoupledDiLoCo(**{**dict(inner_steps=4, fragments=1, overlap=0,
+                                                quorum=1), **kw})
+    cfg = dl.RunConfig(algorithm=algo, workers=workers, steps=steps, cluster=cluster)
+    p = getattr(algo, "fragments", 1) if not isinstance(algo, (dl.DDP, dl.DiLoCo)) else 1
+    return make_plan(cfg, up_nbytes=[100] * p, down_nbytes=[10] * p, sizes=[1] * p,
+                     rejoin_nbytes=0, eval_at=[steps])
+
+
+def events(pl, kind):
+    return [e for b in pl.blocks for e in b.events if e.kind == kind]
+
+
+def final(pl):
+    return events(pl, "eval")[-1].stats
+
+
+def test_a_failed_learner_is_out_of_the_merge_and_of_the_quorum():
+    """M = 5, step times (1, 1, 1, 3, 3), H = 2, τ = 1, no grace; learner 0 fails at 2.5 s,
+    after answering the ask of 2 s. With K = 4 the close at 3 s (learners 3 and 4 answer after
+    their first step) merges learners 1–4 only: weights (2T)²/2 for 1 and 2, T² for 3 and 4.
+    With K = 5 only 4 learners are up: no outer step is ever taken before the run ends (6 steps
+    each = 30 learner-steps: at 11 s learners 1 and 2 have done 11, 3 and 4 three, learner 0
+    two); the end-of-run flush merges learners 1–4 (28 steps), and learner 0's two are lost."""
+    cluster = Cluster(step_time_s=(1, 1, 1, 3, 3), failures=((0, 2.5, 100.0),))
+    four = plan(cluster, workers=5, steps=6, inner_steps=2, overlap=1, quorum=4,
+                grace_safety=0.0)
+    first = events(four, "close")[0]
+    assert first.time_s == 3.0
+    np.testing.assert_array_equal(first.weights, np.array([0, 2, 2, 1, 1]) * T2)
+
+    five = plan(cluster, workers=5, steps=6, inner_steps=2, overlap=1, quorum=5,
+                grace_safety=0.0)
+    closes = events(five, "close")
+    assert [c.flush for c in closes] == [True]
+    assert closes[0].weights[0] == 0 and (closes[0].weights[1:] > 0).all()
+    f = final(five)
+    assert f["sim_time_s"] == 11.0 and f["outer_steps"] == 0
+    assert (f["learner_steps"], f["useful_steps"], f["lost_steps"]) == (30, 28, 2)
+    assert f["goodput"] == pytest.approx(28 / (3 * 11 + 2 * 11 / 3))
+
+
+def test_work_overwritten_on_arrival_is_lost():
+    """M = 4, step times (1, 1, 1, 1.5), H = 4, τ = 0, K = 1, 24 steps. Asks at 4, 8, …, 24 s;
+    each closes at once with the learners at a step boundary. Learner 3 (t = 1.5 k) is at one
+    only at 12 and 24 s: it is merged twice (2 steps each time); its 3 steps before each of the
+    other four arrivals (at 4.5, 9, 16.5 and 21 s) are overwritten: 12 steps lost. The run ends
+    at 27 s with 96 learner-steps (learner 3: 18); the flush merges 2 steps of each learner.
+    Useful: 3 × (6 × 4 + 2) + (2 + 2 + 2) = 84; goodput 84 / (3 × 27 + 27 / 1.5) = 84 / 99."""
+    pl = plan(Cluster(step_time_s=(1, 1, 1, 1.5)), workers=4, steps=24, inner_steps=4)
+    closes = [c for c in events(pl, "close") if not c.flush]
+    assert [c.time_s for c in closes] == [4.0, 8.0, 12.0, 16.0, 20.0, 24.0]
+    assert [bool(c.weights[3] > 0) for c in closes] == [False, False, True, False, False, True]
+    f = final(pl)
+    assert f["sim_time_s"] == 27.0 and f["learner_steps"] == 96
+    assert f["useful_steps"] == 84 and f["lost_steps"] == 12 and f["overlap_lost_steps"] == 0
+    assert f["goodput"] == pytest.approx(84 / 99)
+
+
+def test_steps_after_a_merged_answer_are_overwritten_not_merged():
+    """M = 2, step times (1, 2.5) (t_ref = 1.75), H = 3, τ = 0, K = 2, 6 steps. The ask at
+    5.25 s: learner 0 answers at 6 s with 6 steps, learner 1 at 7.5 s with 3; the close at 7.5
+    s merges those 9. Learner 0's steps at 7 and 8 s came after its answer: the arrival at 8 s
+    overwrites them (the overlap loss). The run ends at 9 s (12 learner-steps); the flush
+    merges learner 0's one step since. Useful 10, lost 2; goodput 10 / (9 + 9 / 2.5)."""
+    pl = plan(Cluster(step_time_s=(1, 2.5)), workers=2, steps=6, inner_steps=3, quorum=2,
+              grace_safety=0.0)
+    closes = events(pl, "close")
+    assert [(c.time_s, c.flush) for c in closes] == [(7.5, False), (9.0, True)]
+    f = final(pl)
+    assert (f["learner_steps"], f["useful_steps"], f["lost_steps"]) == (12, 10, 2)
+    assert f["overlap_lost_steps"] == 2
+    assert f["goodput"] == pytest.approx(10 / 12.6)
+
+
+def test_the_overlap_share_kept_by_alpha():
+    """Lock-step Streaming DiLoCo, P = 1, H = 4, τ = 1, α = 0.5, 8 steps, equal speeds: the sync
+    after step 4 merges 4 steps per worker; the arrival after step 5 keeps half of step 5's
+    work (0.5 lost); the sync after step 8 merges 0.5 + 3. Per worker: useful 7.5, lost 0.5."""
+    algo = dl.StreamingDiLoCo(inner_steps=4, fragments=1, overlap=1, mix=0.5, bits=32)
+    f = final(plan(workers=2, steps=8, algo=algo))
+    assert (f["learner_steps"], f["useful_steps"], f["lost_steps"]) == (16, 15, 1)
+    assert f["overlap_lost_steps"] == 1 and f["goodput"] == pytest.approx(15 / 16)
+
+
+SCENARIOS = [
+    dict(cluster=Cluster(failures=FailureRate(mtbf_s=30, down_s=5), jitter=0.3), workers=4,
+         steps=60, inner_steps=4, fragments=2, overlap=1, quorum=2),
+    dict(cluster=Cluster(step_time_s=(1, 1, 1.7), failures=((2, 8.2, 20.0),)), workers=3,
+         steps=30, inner_steps=3, fragments=3, overlap=2, mix=0.5),
+    dict(cluster=Cluster(step_time_s=(1, 4)), workers=2, steps=12, inner_steps=4, overlap=3),
+    dict(cluster=Cluster(failures=FailureRate(mtbf_s=40, down_s=6)), workers=4, steps=60,
+         algo=dl.DiLoCo(inner_steps=5)),
+    dict(cluster=Cluster(failures=FailureRate(mtbf_s=40, down_s=6)), workers=4, steps=60,
+         algo=dl.StreamingDiLoCo(inner_steps=6, fragments=3, overlap=2, elastic=True)),
+    dict(cluster=Cluster(failures=FailureRate(mtbf_s=40, down_s=6), jitter=0.2), workers=4,
+         steps=40, algo=dl.DDP(elastic=True)),
+]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_answer_holds_new_work_and_the_books_balance(scenario):
+    """Replaying a plan's events by hand: every (non-flush) answer of learner m for fragment p
+    holds ≥ 1 step since m last took p, and none already merged (a learner whose answer was
+    merged answers again only after applying the result); at the end every learner-step is
+    useful or lost, and a close merges only learners that are up."""
+    pl = plan(**scenario)
+    frags = len(pl.fragments)
+    base = {}  # (m, p) -> position of the last arrival/reload
+    merged_since_base = set()
+    answered = {}  # (m, p) -> position of the last answer
+    for block in pl.blocks:
+        for ev in block.events:
+            if ev.kind in ("arrive", "reload"):
+                ps = range(frags) if ev.kind == "reload" else [ev.fragment]
+                for m in np.flatnonzero(ev.mask):
+                    for p in ps:
+                        base[m, p] = ev.at[m]
+                        merged_since_base.discard((m, p))
+            elif ev.kind == "send" and not ev.flush:
+                for m in np.flatnonzero(ev.mask):
+                    assert ev.at[m] > base.get((m, ev.fragment), 0), (m, ev.time_s)
+                    assert (m, ev.fragment) not in merged_since_base, (m, ev.time_s)
+                    answered[m, ev.fragment] = ev.at[m]
+            elif ev.kind == "close" and not ev.flush:
+                for m in np.flatnonzero(ev.weights):
+                    merged_since_base.add((m, ev.fragment))
+    f = final(pl)
+    assert f["useful_steps"] + f["lost_steps"] == pytest.approx(f["learner_steps"], abs=1e-9)
+    assert 0 <= f["overlap_lost_steps"] <= f["lost_steps"]
+    assert f["goodput"] == pytest.approx(
+        f["useful_steps"] / pl_offered(scenario, f["sim_time_s"]))
+
+
+def pl_offered(scenario, t):
+    """Learner-steps the cluster could do in t seconds at nominal speed, by hand."""
+    times = np.broadcast_to(np.asarray(scenario["cluster"].step_time_s, float),
+                            (scenario["workers"],))
+    return float(np.sum(t / times))
+
+
+def test_a_decoupled_run_whose_learners_all_die_says_it_ended_short():
+    down = Cluster(failures=tuple((m, 2.5, math.inf) for m in range(4)))
+    with pytest.warns(RuntimeWarning, match="ends short"):
+        pl = plan(down, workers=4, steps=6)
+    f = final(pl)
+    assert f["complete"] is False and f["step"] == 2 and f["learner_steps"] == 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert final(plan(workers=4, steps=6))["complete"] is True
+
+
+def test_elastic_lock_step_with_every_worker_down_for_good_is_a_clear_error():
+    down = Cluster(failures=((0, 1.5, math.inf), (1, 1.5, math.inf)))
+    for algo in (dl.DiLoCo(inner_steps=2, elastic=True), dl.DDP(elastic=True)):
+        with pytest.raises(ValueError, match=r"Cluster\.failures=.*every worker is down"):
+            plan(down, workers=2, steps=6, algo=algo)
+
+
+# --------------------------------------------------------------------------------------------
+# The end-of-run flush merges by the plain weighted mean, never by RDA
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flush, expected", [(True, [-0.5, -0.5]),
+                                             (False, [-0.7 * 1.9 / math.sqrt(2)] * 2)])
+def test_the_flush_averages_two_orthogonal_deltas(flush, expected):
+    """Learners 0 and 1 send Δ = (1, 0) and (0, 1) (the others weight 0), Θ = 0, RDA asked
+    for. The flush is their mean: Θ = −(0.5, 0.5). An outer step merges them by RDA instead
+    (norm 1, direction (1, 1)/√2) and takes Nesterov(0.7, 0.9) from zero momentum:
+    Θ = −0.7 · (1 + 0.9) · (1, 1)/√2."""
+    mesh = worker_mesh(8)
+    wire = WireFormat(32)
+    deltas = np.zeros((8, 2), np.float32)
+    deltas[0, 0] = deltas[1, 1] = 1.0
+    sent = jax.device_put([jax.vmap(wire.encode)(jnp.asarray(deltas))], mesh.sharding(AXIS))
+    outer = optax.sgd(0.7, momentum=0.9, nesterov=True)
+    glob = jax.device_put([jnp.zeros(2)], mesh.sharding())
+    weights = jnp.asarray([1.0, 1.0] + [0.0] * 6)
+    close = close_fn(mesh, outer, wire, wire)
+    new, _, _ = close(glob, outer.init(glob), sent, weights, mean_leaves=(False,), rda=True,
+                      flush=flush)
+    np.testing.assert_allclose(np.asarray(new[0]), expected, rtol=1e-6)
