@@ -255,16 +255,28 @@ display(table[["sim_time_s", "tokens", "val_loss", "val_accuracy", "goodput", "c
 # Each learner fails on average every few hundred steps (seeded Poisson failures, the same
 # draw for every method) and stays down for a while. DiLoCo stops and redoes the round, like
 # data-parallel training with a checkpoint at every sync; **elastic** DiLoCo drops the failed
-# worker and goes on with the others; Decoupled DiLoCo's syncer merges whoever is there.
-# Goodput is measured from each run — learner-steps not lost to a failure, over learner-steps
-# the cluster could have done in the elapsed time — and set beside notebook 06's closed forms
-# at the same failure rate (one chip per learner).
+# worker and goes on with the others; Decoupled DiLoCo's syncer merges whoever is there (a
+# failed learner has weight 0: it leaves the quorum, and an answer it had sent is dropped).
+#
+# **Goodput from a run** is measured by what reached the global model:
+#
+# $$\text{goodput} = \frac{\text{learner-steps whose work is in a merged } \Delta}
+# {\text{learner-steps the cluster could have done at nominal speed in the elapsed time}}$$
+#
+# counted per fragment (a step's work on fragment $p$ counts for $p$'s share of the parameters).
+# Everything else is lost: a failed learner's unmerged work, a lock-step round redone after a
+# restart, an answer too late for its sync — and, by design, the steps a learner takes between
+# its merged answer and applying the result: the arriving fragment overwrites them ($\alpha=0$),
+# about $\tau/H$ of each fragment's work. At the end `useful_steps + lost_steps =
+# learner_steps`. The table sets it beside notebook 06's closed forms at the same failure rate
+# (one chip per learner), which model failures only: compare them with `run + overlap`.
 
 # %%
 chaos = session.run_group("chaos")
 session.show("chaos", chaos)
 goodput = dec.chaos_table(chaos)
-display(goodput.style.format({"run": "{:.1%}", "simulator": "{:.1%}"}).hide(axis="index"))
+display(goodput.style.format({"run": "{:.1%}", "overlap": "{:.1%}", "simulator": "{:.1%}"})
+        .hide(axis="index"))
 
 # %% [markdown]
 # **Reading it.** The simulator's `dp` is DiLoCo's case exactly (a restart costs the downtime

@@ -105,8 +105,8 @@ def check_run_goodput(fn) -> Result:
     ref = (processed - lost) / offered
     return judge(got, ref, success=f"{ref:.1%}: what the cluster could have done, minus idling, "
                  "downtime and lost work", mistakes=[
-                     ("lost", processed / offered, "the lost steps (thrown away by failures) do "
-                      "not count as useful work"),
+                     ("lost", processed / offered, "the lost steps (a failure's unmerged work, "
+                      "work an arrival overwrote) never reached the model: not useful work"),
                      ("equal speeds", (processed - lost) / (elapsed * times.size / times.min()),
                       "each learner offers elapsed / its own step time: the slow one offers "
                       "fewer steps"),

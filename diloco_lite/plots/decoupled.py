@@ -34,24 +34,31 @@ def loss_vs_time(histories: dict, title: str, target: float | None = None) -> al
 
 
 def goodput_bars(table: pd.DataFrame) -> alt.Chart:
-    """Goodput per method: measured from the training run (bar) and the simulator's closed form
-    at the same failure rate (tick). Columns: method, run, simulator."""
-    long = table.melt(id_vars="method", value_vars=["run", "simulator"], var_name="source")
+    """Goodput per method: measured from the training run (bar), the part of the cluster's
+    steps lost to the overlap by design (light bar after it: the steps between a merged answer
+    and applying its result, which the arriving fragment overwrites), and the simulator's
+    closed form at the same failure rate (tick), which models failures only.
+    Columns: method, run, overlap, simulator."""
     order = list(table.method)
+    data = table.assign(with_overlap=table.run + table.overlap)
     y = alt.Y("method:N", sort=order, title=None)
-    x = alt.X("value:Q", title="goodput", axis=alt.Axis(format="%"), scale=alt.Scale(
+    x = alt.X("run:Q", title="goodput", axis=alt.Axis(format="%"), scale=alt.Scale(
         domain=[0, 1]))
-    bars = alt.Chart(long[long.source == "run"]).mark_bar(opacity=0.85).encode(
+    bars = alt.Chart(data).mark_bar(opacity=0.85).encode(
         y=y, x=x, color=colour(order).legend(None),
-        tooltip=["method", alt.Tooltip("value:Q", format=".1%", title="from the run")])
-    ticks = alt.Chart(long[long.source == "simulator"]).mark_tick(
-        thickness=3, size=22, color="black").encode(
-        y=y, x=x, tooltip=["method", alt.Tooltip("value:Q", format=".1%", title="simulator")])
-    text = alt.Chart(long[long.source == "run"]).mark_text(align="left", dx=4).encode(
-        y=y, x=x, text=alt.Text("value:Q", format=".0%"))
-    return (bars + ticks + text).properties(
+        tooltip=["method", alt.Tooltip("run:Q", format=".1%", title="from the run")])
+    overlap = alt.Chart(data[data.overlap > 0]).mark_bar(opacity=0.3).encode(
+        y=y, x="run:Q", x2="with_overlap:Q", color=colour(order).legend(None),
+        tooltip=["method", alt.Tooltip("overlap:Q", format=".1%", title="lost to the overlap")])
+    ticks = alt.Chart(data).mark_tick(thickness=3, size=22, color="black").encode(
+        y=y, x="simulator:Q",
+        tooltip=["method", alt.Tooltip("simulator:Q", format=".1%", title="simulator")])
+    text = alt.Chart(data).mark_text(align="left", dx=4).encode(
+        y=y, x="with_overlap:Q", text=alt.Text("run:Q", format=".0%"))
+    return (bars + overlap + ticks + text).properties(
         width=420, height=36 * len(order),
-        title="Goodput: measured from the runs (bars) and notebook 06's simulator (ticks)")
+        title=["Goodput: measured from the runs (bars; light: lost to the overlap)",
+               "and notebook 06's simulator (ticks)"])
 
 
 def ablations(table: pd.DataFrame) -> alt.Chart:

@@ -98,9 +98,10 @@ check_close_time(close_time)
 # %% [markdown]
 # ## Exercise 3 · A run's goodput
 #
-# Goodput measured from a training run: the learner-steps that were not lost to a failure,
-# over the learner-steps the cluster could have done in the elapsed time — each learner
-# `elapsed / step_time_m` at its own nominal speed.
+# Goodput measured from a training run: the learner-steps whose work reached the global model
+# (at the end of a run: every step processed, less the lost ones — a failed learner's unmerged
+# work, work an arriving fragment overwrote), over the learner-steps the cluster could have
+# done in the elapsed time — each learner `elapsed / step_time_m` at its own nominal speed.
 
 # %%
 def run_goodput(processed, lost, elapsed_s, step_times):
