@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..clock import Cluster, FailureRate
 from ..config import DecoupledDiLoCo, DiLoCo
-from . import H_REF, QUICK_STEPS, base_config, describe, matching_configs
+from .common import H_REF, QUICK_STEPS, base_config, describe, matching_configs
 
 GROUPS = ("slow", "chaos", "ablations")
 SLOW = Cluster(step_time_s=(1.0,) * 7 + (2.0,))

@@ -23,7 +23,7 @@ import dataclasses
 import pandas as pd
 
 from ..config import DiLoCo, RunConfig, StreamingDiLoCo
-from . import H_REF, H_SWEEP, base_config, describe, matching_configs
+from .common import H_REF, H_SWEEP, base_config, describe, matching_configs
 
 GROUPS = ("h_sweep", "m_sweep", "shards", "streaming")
 

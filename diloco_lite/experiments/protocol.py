@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import DDP, DiLoCo, ModelConfig, StreamingDiLoCo
-from . import H_REF, QUICK_MODEL, base_config, describe, matching_configs
+from .common import H_REF, QUICK_MODEL, base_config, describe, matching_configs
 
 GROUPS = ("tuning", "warm_start", "scaling")
 STEPS = {False: 2400, True: 40}

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import describe, matching_configs
+from .common import describe, matching_configs
 
 GROUPS = ("quality",)
 SEEDS = (0, 1, 2)
