@@ -21,30 +21,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .clock import Cluster
+from .validate import check, check_int, check_positive  # also imported from here elsewhere
+
 ALLOWED_BITS = (32, 16, 8, 4, 2)
 SPLITS = ("iid", "by_genre")
 FRAGMENTATIONS = ("balanced", "layers")
-
-
-def check(ok: bool, field: str, value: Any, allowed: str) -> None:
-    """Raise a `ValueError` naming `field`, its `value` and the `allowed` range unless `ok`."""
-    if not ok:
-        raise ValueError(f"{field}={value!r} is invalid: must be {allowed}")
-
-
-def check_int(field: str, value: Any, low: int, high: int | None = None) -> None:
-    """`value` must be an int (not bool) in [low, high] (high=None: unbounded)."""
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    ok = is_int and value >= low and (high is None or value <= high)
-    allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-    check(ok, field, value, allowed)
-
-
-def check_positive(field: str, value: Any) -> None:
-    """`value` must be a finite real number > 0."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    ok = ok and value == value and value > 0 and value != float("inf")
-    check(ok, field, value, "a finite number > 0")
 
 
 # --------------------------------------------------------------------------------------------
@@ -277,8 +259,6 @@ class RunConfig:
             check(k <= self.workers, "DecoupledDiLoCo.quorum", k,
                   f"an integer in [1, {self.workers}] (K <= M = RunConfig.workers)")
         if self.cluster is not None:
-            from .clock import Cluster
-
             check(isinstance(self.cluster, Cluster), "RunConfig.cluster", self.cluster,
                   "a diloco_lite.Cluster or None")
             self.cluster.check_learners(self.workers)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import check, check_int
+from ..validate import check, check_int
 
 GBIT = 1e9
 
