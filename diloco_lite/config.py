@@ -65,6 +65,14 @@ class ModelConfig:
             f"a divisor of d_model={self.d_model}",
         )
 
+    @property
+    def n_tensors(self) -> int:
+        """Parameter tensors of the model (the leaves of `model.Transformer`'s params): the token
+        and position embeddings and the final norm's scale and bias (4), and per block two
+        norms (scale, bias), qkv (kernel, no bias), proj, up and down (kernel, bias): 11.
+        Fragments split these tensors, so there can be no more fragments than tensors."""
+        return 4 + 11 * self.n_layers
+
 
 # --------------------------------------------------------------------------------------------
 # Algorithms
@@ -254,6 +262,11 @@ class RunConfig:
             check_int("RunConfig.eval_every", self.eval_every, 1)
         check_int("RunConfig.eval_batches", self.eval_batches, 1)
         check_int("RunConfig.seed", self.seed, 0)
+        if isinstance(self.algorithm, (StreamingDiLoCo, DecoupledDiLoCo)):
+            n = self.model.n_tensors
+            check(self.algorithm.fragments <= n, f"{type(self.algorithm).__name__}.fragments",
+                  self.algorithm.fragments, f"an integer in [1, {n}] (the model has {n} "
+                  "tensors: RunConfig.model.n_tensors)")
         if isinstance(self.algorithm, DecoupledDiLoCo):
             k = self.algorithm.quorum
             check(k <= self.workers, "DecoupledDiLoCo.quorum", k,

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import diloco_lite as dl
+from diloco_lite import outer
 from diloco_lite.model import build_model, count_params
 from tests.helpers import TINY, tiny_run
 
@@ -57,11 +58,29 @@ def test_messages_name_the_allowed_range():
         dl.StreamingDiLoCo(inner_steps=5, overlap=7)
 
 
-def test_more_fragments_than_tensors_is_a_clear_error():
-    n_tensors = len(jax.tree.leaves(build_model(dataclasses.replace(TINY, vocab_size=80)).init(0)))
-    algo = dl.StreamingDiLoCo(inner_steps=4, fragments=n_tensors + 1, overlap=0)
-    with pytest.raises(ValueError, match="StreamingDiLoCo.fragments"):
-        dl.train(tiny_run(algo), progress=False)
+@pytest.mark.parametrize("model", [TINY, dl.ModelConfig(), dl.ModelConfig(n_layers=5),
+                                   dl.ModelConfig(d_model=8, n_layers=3, n_heads=1)])
+def test_n_tensors_counts_the_models_parameter_tensors(model):
+    params = build_model(dataclasses.replace(model, vocab_size=80)).init(0)
+    assert model.n_tensors == len(jax.tree.leaves(params))
+    outer.fragments(params, model.n_tensors)  # one tensor a fragment: the most there can be
+    with pytest.raises(ValueError, match="fragments"):
+        outer.fragments(params, model.n_tensors + 1)
+
+
+@pytest.mark.parametrize("algo", [dl.StreamingDiLoCo, dl.DecoupledDiLoCo])
+def test_more_fragments_than_tensors_fails_when_the_run_is_configured(algo):
+    """Not inside `train` after loading the corpus: the RunConfig names the field and the
+    model's tensor count (the default model has 4 + 11 · 2 = 26, TINY 4 + 11 = 15)."""
+    name = algo.__name__
+    with pytest.raises(ValueError, match=rf"^{name}.fragments=99 .*\[1, 26\].*26 tensors"):
+        dl.RunConfig(algorithm=algo(fragments=99))
+    with pytest.raises(ValueError, match=rf"^{name}.fragments=16 .*\[1, 15\]"):
+        dl.RunConfig(algorithm=algo(fragments=16), model=TINY, seq_len=16)
+    dl.RunConfig(algorithm=algo(fragments=15), model=TINY, seq_len=16)
+    dl.RunConfig(algorithm=algo(fragments=26))
+    with pytest.raises(ValueError, match=r"^DecoupledDiLoCo.fragments=24 .*\[1, 15\]"):
+        dl.RunConfig(algorithm=dl.DecoupledDiLoCo(), model=TINY, seq_len=16)  # default P = 24
 
 
 def test_workers_not_divisible_by_devices():
