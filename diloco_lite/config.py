@@ -115,7 +115,11 @@ class DiLoCo:
 
 @dataclasses.dataclass(frozen=True)
 class StreamingDiLoCo:
-    """DiLoCo with P staggered fragments, overlap tau, mixing alpha and b-bit deltas (§3)."""
+    """DiLoCo with P staggered fragments, overlap tau, mixing alpha and b-bit deltas (§3).
+
+    `StreamingDiLoCo(fragments=1, overlap=0, bits=32, mix=0.0)` is DiLoCo; mind `mix`: its
+    default is 0.5 (the arriving fragment is averaged with the local one), not DiLoCo's 0.
+    """
 
     inner_steps: int = 50
     fragments: int = 2
