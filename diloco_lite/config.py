@@ -195,7 +195,7 @@ Algorithm = DDP | DiLoCo | StreamingDiLoCo | DecoupledDiLoCo
 
 
 def _check_bits(field: str, bits: Any) -> None:
-    ok = bits in ALLOWED_BITS and not isinstance(bits, bool)
+    ok = isinstance(bits, int) and not isinstance(bits, bool) and bits in ALLOWED_BITS  # not 4.0
     check(ok, field, bits, f"one of {ALLOWED_BITS}")
 
 
