@@ -1,4 +1,4 @@
-"""Command line: `python -m diloco_lite reproduce | bench`."""
+"""Command line: `python -m diloco_lite reproduce | bench | launch`."""
 
 from __future__ import annotations
 
@@ -31,7 +31,20 @@ def main(argv=None) -> int:
     bench = sub.add_parser("bench", help="speed against a minimal hand-written JAX loop")
     bench.add_argument("--stress", action="store_true",
                        help="instead: several trainings at once, 3 rounds (a busy machine)")
+    run = sub.add_parser("launch", help="train CONFIGs on several local processes joined by "
+                         "jax.distributed (diloco_lite.distributed.launch)")
+    run.add_argument("configs", nargs="+", metavar="CONFIG",
+                     help="'module:function' returning RunConfig(s), or an expression such as "
+                          "'RunConfig(algorithm=DiLoCo(inner_steps=50), steps=600)'")
+    run.add_argument("--processes", type=int, default=2)
+    run.add_argument("--devices-per-process", type=int, default=4)
+    run.add_argument("--timeout-s", type=float, default=None)
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     args = parser.parse_args(argv)
+    if args.command == "launch":  # the launcher itself starts no JAX backend
+        from .distributed.launch import cli
+
+        return cli(args)
 
     import diloco_lite as dl
 

@@ -148,13 +148,18 @@ class Corpus:
         batch_size: int,
         seq_len: int,
         split: str = "iid",
+        rows: Any = None,
     ) -> np.ndarray:
         """Training tokens `[workers, batch_size, seq_len + 1]` int32 for `step`.
 
-        Inputs are `[..., :-1]`, targets `[..., 1:]`. Pure in its arguments (module docstring)."""
+        Inputs are `[..., :-1]`, targets `[..., 1:]`. Pure in its arguments (module docstring).
+        `rows` (worker indices): only those workers' tokens, `[len(rows), ...]`, the same rows
+        of the full batch (a process of a multi-process run gathers only its own workers')."""
         starts_MxB = self.offsets(
             step, seed=seed, workers=workers, batch_size=batch_size, seq_len=seq_len, split=split
         )
+        if rows is not None:
+            starts_MxB = starts_MxB[np.asarray(rows)]
         return _gather(self.train, starts_MxB, seq_len + 1)
 
     def eval_batches(self, n_batches: int, *, batch_size: int, seq_len: int) -> np.ndarray:

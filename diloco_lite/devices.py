@@ -112,6 +112,61 @@ class WorkerMesh:
 
         return jax.sharding.NamedSharding(self.mesh, jax.P(*spec))
 
+    # Placement. In one process these are `jax.device_put`. Under `jax.distributed` (several
+    # processes, `diloco_lite.distributed`) the mesh spans devices this process cannot address:
+    # each process then places only its own devices' shards (`device_put` would first check,
+    # by a collective, that every process passed the same value).
+
+    @property
+    def local_workers(self):
+        """The workers (rows of a `sharding(AXIS)` array) on this process's devices: all of
+        them in one process."""
+        import numpy as np
+
+        index = self.sharding(AXIS).addressable_devices_indices_map((self.workers,))
+        return np.unique(np.concatenate([np.arange(self.workers)[i] for i in index.values()]))
+
+    def put(self, tree, *spec):
+        """Place `tree` (host or JAX arrays, the same value on every process) with
+        `sharding(*spec)`."""
+        import jax
+        import numpy as np
+
+        sharding = self.sharding(*spec)
+        if jax.process_count() == 1:
+            return jax.device_put(tree, sharding)
+        return jax.tree.map(lambda x: jax.make_array_from_process_local_data(
+            sharding, np.asarray(x), np.shape(x)), tree)
+
+    def put_rows(self, tree):
+        """Place arrays of the `local_workers`' rows only (leading axis) as the global
+        [M, ...] arrays sharded over the workers."""
+        import jax
+        import numpy as np
+
+        sharding = self.sharding(AXIS)
+        if jax.process_count() == 1:
+            return jax.device_put(tree, sharding)
+        return jax.tree.map(lambda x: jax.make_array_from_process_local_data(
+            sharding, np.asarray(x), (self.workers, *np.shape(x)[1:])), tree)
+
+
+def fetch(tree):
+    """`jax.device_get`, also of arrays spread over several processes: those are gathered to
+    every process (a collective: under `jax.distributed` every process must call it)."""
+    import jax
+
+    if jax.process_count() == 1:
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+
+    def one(x):
+        if isinstance(x, jax.Array) and not (x.is_fully_addressable or x.is_fully_replicated):
+            return multihost_utils.process_allgather(x, tiled=True)
+        return jax.device_get(x)
+
+    return jax.tree.map(one, tree)
+
 
 def worker_mesh(workers: int, devices=None) -> WorkerMesh:
     """Mesh with one axis `"workers"` over min(M, #devices) devices.

@@ -144,11 +144,15 @@ def train(config: RunConfig, *, progress: bool = True, init_params=None) -> RunR
 
     rows, losses, diags, start = [], [], [], time.perf_counter()
     done = np.zeros(config.workers, int)
+    # under jax.distributed (`diloco_lite.distributed`) every process runs this loop on its own
+    # workers' batches; only process 0 evaluates (the others' rows hold NaN metrics)
+    lead, own = jax.process_index() == 0, mesh.local_workers
+    progress = progress and lead
     # both closed on every way out (an exception, a KeyboardInterrupt): a watchdog left running
     # would end the process (a notebook's kernel) `stall_s` later
     with _progress(config, progress) as bar, Watchdog(run_label(config)) as watchdog:
         for block in plan.blocks:
-            batches, mask = _block_batches(corpus, config, block)
+            batches, mask = _block_batches(corpus, config, block, own)
             state, block_losses, block_diags = driver.run(state, block, batches, mask)
             # Wait for the block before dispatching the next: programs queued ahead can hold
             # XLA:CPU's device threads while a collective waits for its last participants
@@ -161,7 +165,8 @@ def train(config: RunConfig, *, progress: bool = True, init_params=None) -> RunR
             done += block.steps
             bar.update(done.sum() / config.workers - bar.n)
             if block.events and block.events[-1].kind == "eval":
-                metrics = evaluate(driver.global_params(state))
+                metrics = (evaluate(driver.global_params(state)) if lead
+                           else dict.fromkeys(METRICS, np.nan))
                 rows.append({**block.events[-1].stats, **metrics,
                              "wall_time_s": time.perf_counter() - start, "diags": diags})
                 diags = []
@@ -231,6 +236,8 @@ class Watchdog:
                 os._exit(3)
 
 
+METRICS = ("val_loss", "val_accuracy", "tune_loss", "tune_accuracy", "test_loss",
+           "test_accuracy")
 COLUMNS = ["step", "tokens", "sim_time_s", "train_loss", "val_loss", "val_accuracy",
            "tune_loss", "tune_accuracy", "test_loss", "test_accuracy",
            "comm_bytes", "down_bytes", "peak_step_bytes", "peak_gbps", "peak_down_gbps",
@@ -239,22 +246,25 @@ COLUMNS = ["step", "tokens", "sim_time_s", "train_loss", "val_loss", "val_accura
            "overlap_lost_steps", "failures", "complete", "wall_time_s"]
 
 
-def _block_batches(corpus, config: RunConfig, block):
+def _block_batches(corpus, config: RunConfig, block, own=None):
     """[M, N, B, L+1] batches of a block (learner m's own data indices from `first[m]`) and the
-    [M, N] mask of the steps each learner really takes; unused slots hold zeros."""
+    [M, N] mask of the steps each learner really takes; unused slots hold zeros. With `own`
+    (this process's workers, under jax.distributed) only their rows: [len(own), N, ...]."""
     m, n = config.workers, int(block.steps.max(initial=0))
-    batches = np.zeros((m, n, config.batch_size, config.seq_len + 1), np.int32)
-    mask = np.zeros((m, n), bool)
+    own = np.arange(m) if own is None else np.asarray(own)
+    rows = None if own.size == m else own  # a process builds only its own workers' batches
+    batches = np.zeros((own.size, n, config.batch_size, config.seq_len + 1), np.int32)
+    mask = np.zeros((own.size, n), bool)
     cache = {}
-    for w in np.flatnonzero(block.steps):
+    for i, w in enumerate(own):
         for j in range(block.steps[w]):
             k = config.data_offset + int(block.first[w]) + j
             if k not in cache:
                 cache[k] = corpus.batch(k, seed=config.seed, workers=m,
                                         batch_size=config.batch_size, seq_len=config.seq_len,
-                                        split=config.split)
-            batches[w, j] = cache[k][w]
-            mask[w, j] = True
+                                        split=config.split, rows=rows)
+            batches[i, j] = cache[k][i]
+            mask[i, j] = True
     return batches, mask
 
 
@@ -266,10 +276,12 @@ def _history(rows: list[dict], losses: list[tuple], plan) -> pd.DataFrame:
     before (the end-of-run flush is left out of all three)."""
     import jax
 
+    from .devices import fetch
+
     per_learner = [[] for _ in plan.step_time]
     for block_losses, steps in losses:
         parts = [np.asarray(x, float).reshape(-1, max(np.size(x) // steps.size, 1))
-                 if np.ndim(x) else np.full((1, 1), float(x)) for x in jax.device_get(block_losses)]
+                 if np.ndim(x) else np.full((1, 1), float(x)) for x in fetch(block_losses)]
         block_losses = np.broadcast_to(np.concatenate(parts, axis=1) if len(parts) > 1
                                        else parts[0], (steps.size, max(int(steps.max()), 1)))
         for m in np.flatnonzero(steps):

@@ -65,7 +65,7 @@ class DDPDriver:
 
     def init(self, params):
         opt_state = jax.jit(self.optimizer.init)(params)  # before placement: one small compile
-        return jax.device_put((params, opt_state), self.mesh.sharding())
+        return self.mesh.put((params, opt_state))
 
     def global_params(self, state):
         return state[0]
@@ -77,7 +77,7 @@ class DDPDriver:
             if ev.kind != "close":
                 continue  # DDP holds no per-worker state: reloads have nothing to do
             share = (ev.weights * ev.weights.size / ev.weights.sum()).astype(np.float32)
-            placed = jax.device_put((batches_MxNxBxL1[:, 0], share), self.mesh.sharding(AXIS))
+            placed = self.mesh.put_rows(batches_MxNxBxL1[:, 0]), self.mesh.put(share, AXIS)
             params, opt_state, loss = self.step_fn(params, opt_state, *placed)
             losses.append(loss)  # one loss for every worker of the step
         return (params, opt_state), losses, []

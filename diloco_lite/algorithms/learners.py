@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import DecoupledDiLoCo, DiLoCo
-from ..devices import AXIS
+from ..devices import AXIS, fetch
 from ..outer import (
     fragments,
     mean_merge,
@@ -198,20 +198,18 @@ class LearnersDriver:
     def init(self, params) -> dict:
         """The initial state (module docstring). Built from numpy and two small jitted calls, so
         that setting up costs no per-shape compilation."""
-        replicated, stacked = self.mesh.sharding(), self.mesh.sharding(AXIS)
-        m = self.mesh.workers
+        put, m = self.mesh.put, self.mesh.workers
         stack = lambda x: np.broadcast_to(np.asarray(x), (m,) + np.shape(x))  # noqa: E731
         frags = [take_leaves(params, f) for f in self.frags]
         inner = jax.jit(self.optimizer.init)(params)
         outer = jax.jit(lambda fs: [self.outer_optimizer.init(f) for f in fs])(frags)
         sent = jax.eval_shape(lambda fs: [[self.up.encode(x) for x in f] for f in fs], frags)
         zeros = lambda s: np.zeros((m,) + s.shape, s.dtype)  # noqa: E731
-        return {"global": jax.device_put(params, replicated),
-                "outer": jax.device_put(outer, replicated),
-                "local": jax.device_put(jax.tree.map(stack, params), stacked),
-                "base": jax.device_put(jax.tree.map(stack, params), stacked),
-                "inner": jax.device_put(jax.tree.map(stack, jax.device_get(inner)), stacked),
-                "sent": jax.device_put(jax.tree.map(zeros, sent), stacked)}
+        return {"global": put(params), "outer": put(outer),
+                "local": put(jax.tree.map(stack, params), AXIS),
+                "base": put(jax.tree.map(stack, params), AXIS),
+                "inner": put(jax.tree.map(stack, jax.device_get(inner)), AXIS),
+                "sent": put(jax.tree.map(zeros, sent), AXIS)}
 
     def global_params(self, state):
         return state["global"]
@@ -222,8 +220,8 @@ class LearnersDriver:
         state = dict(state)
         losses = []
         for start, n in _pieces(batches_MxNxBxL1.shape[1]):
-            placed = jax.device_put((batches_MxNxBxL1[:, start:start + n],
-                                     mask_MxN[:, start:start + n]), self.mesh.sharding(AXIS))
+            placed = self.mesh.put_rows((batches_MxNxBxL1[:, start:start + n],
+                                         mask_MxN[:, start:start + n]))  # this process's rows
             state["local"], state["inner"], loss = self.inner(state["local"], state["inner"],
                                                               *placed)
             losses.append(loss)
@@ -265,11 +263,11 @@ class LearnersDriver:
         """Each reloading learner's inner state from its peer's: across devices, so through the
         host (a rare event)."""
         source = np.where(ev.mask, ev.peer, np.arange(ev.mask.size))
-        host = jax.tree.map(lambda x: np.asarray(x)[source], jax.device_get(inner))
-        return jax.device_put(host, self.mesh.sharding(AXIS))
+        host = jax.tree.map(lambda x: np.asarray(x)[source], fetch(inner))
+        return self.mesh.put(host, AXIS)
 
     def _on(self, mask_M: np.ndarray):
-        return jax.device_put(mask_M, self.mesh.sharding(AXIS))
+        return self.mesh.put(mask_M, AXIS)
 
 
 def _pieces(n: int) -> list[tuple[int, int]]:
