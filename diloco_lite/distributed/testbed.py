@@ -1,0 +1,218 @@
+"""Hosts and links you can throttle: each process of a launch in its own network namespace.
+
+    from diloco_lite.clock import Link
+    from diloco_lite.distributed import launch
+    from diloco_lite.distributed.testbed import Testbed
+
+    with Testbed(hosts=4, link=Link(gbit_per_s=0.1, latency_s=0.002)) as bed:
+        before = bed.counters()
+        [result] = launch(config, processes=4, devices_per_process=1, testbed=bed)
+        sent = bed.sent_since(before)         # bytes that really left each host
+
+Layout (every name starts with `PREFIX`, so that leftovers of a crashed run are found and
+removed): a namespace `dlt-sw` holds a bridge; host k is a namespace `dlt-h<k>` whose `eth0`
+(10.77.0.<k+1>/24) is one end of a veth pair, the other end a port of the bridge. The link of
+`clock.Link` made real, full duplex per host: a `tc` token bucket (tbf) of `gbit_per_s` on the
+host's `eth0` (what it sends) and on its bridge port (what it receives), and `netem` delay of
+`latency_s` on `eth0` (one way) where the kernel has netem (this machine's does not: then the
+latency is not emulated, and the testbed says so). Process k runs under `ip netns exec
+dlt-h<k>`; `/etc/netns/dlt-h<k>/hosts` (which `ip netns exec` mounts over /etc/hosts) maps this
+machine's host name to the host's address, because gloo binds its TCP pairs to the address of
+the host name. Traffic goes only to addresses inside these namespaces.
+
+Needs root and iproute2 (`ip`, `tc`); without them (or where namespaces cannot be made, e.g. an
+unprivileged container) it falls back to this machine's loopback with no throttle, says so and
+sets `emulated = False`, and `counters()` returns None. `__exit__` deletes everything it made on
+every way out (an exception, a KeyboardInterrupt); `__enter__` first deletes the leftovers of an
+earlier run that could not (killed with SIGKILL).
+
+What the counters count: the bytes of every Ethernet frame that left the host's `eth0`:
+gloo's payloads plus TCP/IP/Ethernet headers (66 bytes per segment of ≤ 1448 payload bytes:
++4.6%), the ACKs of what it received, and the coordination service's gRPC (start-up,
+heartbeats, barriers). Traffic between devices of the same host stays on its loopback.
+
+Which collective gloo runs (XLA's `GlooCommunicator`, jaxlib ≥ 0.4.3x): the all-reduce is
+gloo's RING algorithm (a reduce-scatter then an all-gather around the ring: each rank sends
+2(R−1)/R of the buffer to its right neighbour), the all-gather gloo's ring `allgather` (each
+rank forwards R−1 payloads of one rank, in two halves). The ring runs over the ranks of the
+XLA replica group, in device order, so the devices of one host are neighbours: each host's
+`eth0` carries what *one* rank sends to the next host. With one device per host (R = M hosts)
+the per-host bytes on the wire are, per sync: DDP 2(M−1)/M × the gradient (booked: one gradient
+per worker), the DiLoCo family's all-gather (M−1)/M × M payloads = (M−1) payloads (booked: one
+payload per worker); with D devices per host the booked bytes are D times larger, the bytes
+on the wire the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+PREFIX = "dlt-"
+SUBNET = "10.77.0"
+SWITCH = f"{PREFIX}sw"
+ETC_NETNS = Path("/etc/netns")
+
+
+class Testbed:
+    """`hosts` network namespaces on one bridge, each behind `link` (a `clock.Link`; None: no
+    throttle). A context manager; see the module docstring."""
+
+    def __init__(self, hosts: int, link=None, *, quiet: bool = False):
+        from ..config import check_int
+
+        check_int("hosts", hosts, 1, 200)
+        self.hosts, self.link, self.quiet = hosts, link, quiet
+        self.emulated, self.latency_emulated, self.reason = False, False, ""
+
+    # -- the context manager ------------------------------------------------------------------
+    def __enter__(self) -> Testbed:
+        self.reason = _unavailable()
+        if not self.reason:
+            cleanup()
+            try:
+                self._build()
+                self.emulated = True
+            except (OSError, subprocess.CalledProcessError) as e:
+                self.reason = f"could not build the namespaces ({_why(e)})"
+                cleanup()
+        if not self.emulated:
+            self._say(f"testbed: {self.reason}: the processes run on this machine's loopback, "
+                      "with no throttle and no per-host byte counters")
+        elif self.link is not None and self.link.latency_s > 0 and not self.latency_emulated:
+            self._say(f"testbed: this kernel has no netem qdisc: the links' rate is emulated, "
+                      f"their {1e3 * self.link.latency_s:g} ms latency is not")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.emulated:
+            cleanup()
+            self.emulated = False
+
+    # -- what the launcher and the measurements use --------------------------------------------
+    def namespace(self, k: int) -> str:
+        return f"{PREFIX}h{k}"
+
+    def address(self, k: int) -> str:
+        """Host k's IP address (loopback when not emulated)."""
+        return f"{SUBNET}.{k + 1}" if self.emulated else "127.0.0.1"
+
+    def command(self, k: int, cmd: list[str]) -> list[str]:
+        """`cmd` run inside host k (unchanged when not emulated)."""
+        return ["ip", "netns", "exec", self.namespace(k), *cmd] if self.emulated else list(cmd)
+
+    def counters(self) -> list[dict] | None:
+        """Per host: `tx_bytes`, `rx_bytes`, `tx_packets`, `rx_packets` of its `eth0` so far
+        (None when not emulated)."""
+        if not self.emulated:
+            return None
+        out = []
+        for k in range(self.hosts):
+            [link] = json.loads(_run("ip", "-n", self.namespace(k), "-s", "-j", "link", "show",
+                                     "eth0"))
+            stats = link["stats64"]
+            out.append({"tx_bytes": stats["tx"]["bytes"], "rx_bytes": stats["rx"]["bytes"],
+                        "tx_packets": stats["tx"]["packets"],
+                        "rx_packets": stats["rx"]["packets"]})
+        return out
+
+    def sent_since(self, before: list[dict] | None) -> list[dict] | None:
+        """Per host, the counters' growth since `before` (a `counters()` result)."""
+        now = self.counters()
+        if now is None or before is None:
+            return None
+        return [{key: n[key] - b[key] for key in n} for n, b in zip(now, before, strict=True)]
+
+    # -- building ------------------------------------------------------------------------------
+    def _build(self) -> None:
+        _run("ip", "netns", "add", SWITCH)
+        _run("ip", "-n", SWITCH, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", SWITCH, "link", "set", "br0", "up")
+        hostname = socket.gethostname()
+        for k in range(self.hosts):
+            ns, veth, port = self.namespace(k), f"{PREFIX}e{k}", f"{PREFIX}p{k}"
+            _run("ip", "netns", "add", ns)
+            _run("ip", "link", "add", veth, "type", "veth", "peer", "name", port)
+            _run("ip", "link", "set", veth, "netns", ns)
+            _run("ip", "link", "set", port, "netns", SWITCH)
+            _run("ip", "-n", ns, "link", "set", veth, "name", "eth0")
+            _run("ip", "-n", ns, "addr", "add", f"{self.address_of(k)}/24", "dev", "eth0")
+            for dev in ("lo", "eth0"):
+                _run("ip", "-n", ns, "link", "set", dev, "up")
+            _run("ip", "-n", SWITCH, "link", "set", port, "master", "br0")
+            _run("ip", "-n", SWITCH, "link", "set", port, "up")
+            (ETC_NETNS / ns).mkdir(parents=True, exist_ok=True)
+            (ETC_NETNS / ns / "hosts").write_text(
+                f"127.0.0.1 localhost\n{self.address_of(k)} {hostname}\n")
+            if self.link is not None:
+                self._shape(ns, "eth0", self.link.latency_s)  # what host k sends
+                self._shape(SWITCH, port, 0.0)  # what it receives
+
+    def address_of(self, k: int) -> str:
+        return f"{SUBNET}.{k + 1}"
+
+    def _shape(self, ns: str, dev: str, latency_s: float) -> None:
+        if math.isinf(self.link.gbit_per_s):
+            return
+        rate = self.link.gbit_per_s * 1e9  # bit/s
+        burst = max(int(rate / 8 / 250), 16_000)  # one 4 ms tick's worth (HZ=250), ≥ 16 kB
+        limit = max(int(rate / 8 * 0.2), 256_000)  # 200 ms of queue: TCP, not drops, paces
+        tbf = ["tbf", "rate", f"{int(rate)}bit", "burst", str(burst), "limit", str(limit)]
+        parent = ["root", "handle", "1:"]
+        if latency_s > 0:
+            try:
+                _run("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:",
+                     "netem", "delay", f"{latency_s * 1e6:.0f}us", "limit", "100000")
+                self.latency_emulated = True
+                parent = ["parent", "1:1", "handle", "10:"]
+            except subprocess.CalledProcessError:
+                self.latency_emulated = False
+        _run("tc", "-n", ns, "qdisc", "add", "dev", dev, *parent, *tbf)
+
+    def _say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=sys.stderr, flush=True)
+
+
+def cleanup() -> list[str]:
+    """Delete every namespace (and its links) and /etc/netns entry whose name starts with
+    `PREFIX`; returns the namespaces deleted."""
+    gone = []
+    if shutil.which("ip"):
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+        for line in listed.stdout.splitlines():
+            name = line.split()[0] if line.split() else ""
+            if name.startswith(PREFIX):
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
+                gone.append(name)
+    with contextlib.suppress(OSError):
+        for path in ETC_NETNS.glob(f"{PREFIX}*"):
+            shutil.rmtree(path, ignore_errors=True)
+    return gone
+
+
+def _unavailable() -> str:
+    """Why namespaces cannot be made here ('' when they can)."""
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        return f"{' and '.join(missing)} not found (install iproute2)"
+    if os.geteuid() != 0:
+        return "not root (network namespaces need root)"
+    return ""
+
+
+def _run(*cmd: str) -> str:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def _why(e: Exception) -> str:
+    if isinstance(e, subprocess.CalledProcessError):
+        return f"{' '.join(e.cmd)}: {(e.stderr or '').strip() or e.returncode}"
+    return str(e)
