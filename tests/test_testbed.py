@@ -13,8 +13,6 @@ from diloco_lite.clock import Link, ring_factor
 from diloco_lite.distributed import launch
 from diloco_lite.distributed import testbed as tb
 
-Testbed = tb.Testbed
-
 needs_namespaces = pytest.mark.skipif(bool(tb._unavailable()), reason=tb._unavailable() or "-")
 
 SERVER = """
@@ -53,7 +51,7 @@ def send(bed, nbytes: int) -> float:
 def test_a_link_is_throttled_counted_and_cleaned_up():
     """1 MB at 10 Mbit/s takes at least 0.8 s; host 0's counter sees it (+ headers, ≤ 10%),
     host 1's sees only ACKs; the namespaces are gone after the block, also when it raises."""
-    with pytest.raises(KeyError), Testbed(2, Link(gbit_per_s=0.01)) as bed:
+    with pytest.raises(KeyError), tb.Testbed(2, Link(gbit_per_s=0.01)) as bed:
         assert bed.emulated and sorted(namespaces()) == ["dlt-h0", "dlt-h1", "dlt-sw"]
         before = bed.counters()
         seconds = send(bed, 1_000_000)
@@ -68,14 +66,14 @@ def test_a_link_is_throttled_counted_and_cleaned_up():
 @needs_namespaces
 def test_leftovers_of_a_crashed_run_are_removed():
     subprocess.run(["ip", "netns", "add", "dlt-h7"], check=True)
-    with Testbed(1) as bed:
+    with tb.Testbed(1) as bed:
         assert bed.emulated and sorted(namespaces()) == ["dlt-h0", "dlt-sw"]
     assert namespaces() == []
 
 
 def test_without_namespaces_it_falls_back_to_loopback_and_says_so(monkeypatch, capsys):
     monkeypatch.setattr(tb.shutil, "which", lambda name: None)
-    with Testbed(2, Link(gbit_per_s=0.01)) as bed:
+    with tb.Testbed(2, Link(gbit_per_s=0.01)) as bed:
         assert not bed.emulated and bed.counters() is None
         assert bed.address(1) == "127.0.0.1" and bed.command(1, ["x"]) == ["x"]
     assert "ip and tc not found" in capsys.readouterr().err
@@ -89,7 +87,7 @@ def test_ddp_bytes_on_the_wire_are_the_booked_bytes_times_the_ring_factor():
     factor, and never below."""
     config = dl.RunConfig(algorithm=dl.DDP(), workers=2, steps=8, batch_size=4, eval_every=8,
                           eval_batches=1)
-    with Testbed(2, Link(gbit_per_s=0.2)) as bed:
+    with tb.Testbed(2, Link(gbit_per_s=0.2)) as bed:
         before = bed.counters()
         [result] = launch(config, processes=2, devices_per_process=1, testbed=bed,
                           timeout_s=300, echo=False)

@@ -24,7 +24,9 @@ Needs root and iproute2 (`ip`, `tc`); without them (or where namespaces cannot b
 unprivileged container) it falls back to this machine's loopback with no throttle, says so and
 sets `emulated = False`, and `counters()` returns None. `__exit__` deletes everything it made on
 every way out (an exception, a KeyboardInterrupt); `__enter__` first deletes the leftovers of an
-earlier run that could not (killed with SIGKILL).
+earlier run that could not (killed with SIGKILL). One testbed at a time per machine (the names
+are fixed): a second waits for the first's lock (`LOCK`, a flock the kernel frees when its
+holder dies, so a crashed run's leftovers are recognised as such).
 
 What the counters count: the bytes of every Ethernet frame that left the host's `eth0`:
 gloo's payloads plus TCP/IP/Ethernet headers (66 bytes per segment of ≤ 1448 payload bytes:
@@ -59,6 +61,7 @@ PREFIX = "dlt-"
 SUBNET = "10.77.0"
 SWITCH = f"{PREFIX}sw"
 ETC_NETNS = Path("/etc/netns")
+LOCK = Path(os.environ.get("TMPDIR", "/tmp")) / "diloco_lite-testbed.lock"
 
 
 class Testbed:
@@ -76,13 +79,18 @@ class Testbed:
     def __enter__(self) -> Testbed:
         self.reason = _unavailable()
         if not self.reason:
-            cleanup()
+            self._lock = _take_lock()  # one testbed at a time: the names are fixed
+            cleanup()  # the lock was free: whatever carries the prefix is a crashed run's
             try:
                 self._build()
                 self.emulated = True
             except (OSError, subprocess.CalledProcessError) as e:
                 self.reason = f"could not build the namespaces ({_why(e)})"
                 cleanup()
+            except BaseException:
+                cleanup()
+                self.__exit__()
+                raise
         if not self.emulated:
             self._say(f"testbed: {self.reason}: the processes run on this machine's loopback, "
                       "with no throttle and no per-host byte counters")
@@ -95,6 +103,9 @@ class Testbed:
         if self.emulated:
             cleanup()
             self.emulated = False
+        if getattr(self, "_lock", None) is not None:
+            self._lock.close()  # releases the flock
+            self._lock = None
 
     # -- what the launcher and the measurements use --------------------------------------------
     def namespace(self, k: int) -> str:
@@ -196,6 +207,25 @@ def cleanup() -> list[str]:
         for path in ETC_NETNS.glob(f"{PREFIX}*"):
             shutil.rmtree(path, ignore_errors=True)
     return gone
+
+
+def _take_lock(wait_s: float = 600.0):
+    """An exclusive flock on `LOCK`, waited for (another testbed is in use) up to `wait_s`. The
+    kernel releases it when its holder dies, however it dies."""
+    import fcntl
+    import time
+
+    f = open(LOCK, "a+")  # noqa: SIM115 - held until __exit__
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return f
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                f.close()
+                raise RuntimeError(f"another testbed has held {LOCK} for {wait_s:g} s") from None
+            time.sleep(0.5)
 
 
 def _unavailable() -> str:
