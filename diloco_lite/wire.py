@@ -8,8 +8,8 @@ and the payload it builds is what the compiled program really moves (tests read 
 | 32   | the fp32 values                                     | none                    |
 | 16   | bfloat16, bit-cast to uint16 (XLA cannot widen it)  | none                    |
 | 8    | int8 in [−127, 127]                                 | one fp32 per row        |
-| 4    | [−7, 7] + 8, two per uint8 (low nibble first)       | one fp32 per row        |
-| 2    | [−1, 1] + 1, four per uint8                         | one fp32 per row        |
+| 4    | [−7, 7] + 7, two per uint8 (low nibble first)       | one fp32 per row        |
+| 2    | [−1, 1] + 1, four per uint8 (low bits first)        | one fp32 per row        |
 
 Quantization is symmetric absmax (ALGORITHMS.md §3, choice): a row is a last-axis slice of a
 matrix (a vector or scalar is one row); its scale is s = max|x| / q_max with
