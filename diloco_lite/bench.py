@@ -122,6 +122,110 @@ def plan_runner(config, corpus, model, mesh, optimizer, params):
     return run
 
 
+# End-to-end: runs as `train()` runs them (M = 8, 16 sequences × 64 characters per worker, the
+# default model, evaluation on its default schedule), on the notebooks' layout (8 emulated
+# devices, one worker each) and on `make reproduce`'s (2 devices, 4 workers vmapped on each).
+# The device count is fixed when JAX starts, so each layout runs in its own process.
+E2E_STEPS = 300
+E2E_LAYOUTS = (8, 2)
+
+
+def end_to_end_configs(steps: int = E2E_STEPS) -> dict:
+    """The three runs timed end to end, by name: DDP, DiLoCo H=50, and Decoupled DiLoCo H=50 as
+    notebook 04's reference (P=4, τ=2, 4-bit, K=1, RDA)."""
+    from .config import DDP, DecoupledDiLoCo, DiLoCo, RunConfig
+
+    return {"DDP": RunConfig(algorithm=DDP(), steps=steps),
+            "DiLoCo H=50": RunConfig(algorithm=DiLoCo(inner_steps=50), steps=steps),
+            "Decoupled H=50": RunConfig(algorithm=DecoupledDiLoCo(
+                inner_steps=50, fragments=4, overlap=2), steps=steps)}
+
+
+def steady_tokens_per_s(history, tokens_per_step: int, from_step: int) -> float:
+    """Tokens/s from the history's `wall_time_s`, between the first evaluation row at or after
+    `from_step` and the row before the last: compilation left out (the inner scans, the sync's
+    pieces and the evaluator compile in the first rows, the end-of-run flush in the last)."""
+    rows = history[history["step"] >= from_step]
+    first, last = rows.iloc[0], history.iloc[-2]
+    return (last["step"] - first["step"]) * tokens_per_step / (last["wall_time_s"]
+                                                                - first["wall_time_s"])
+
+
+def end_to_end(steps: int = E2E_STEPS) -> dict:
+    """In this process (its layout): each run of `end_to_end_configs`, once, timed whole
+    (compilation included; later runs reuse the compiled pieces they share) and in steady state
+    (`steady_tokens_per_s` from twice the sync interval on). Prints and returns
+    {name: (steady tokens/s, whole-run seconds)}."""
+    import json
+
+    from .training import train
+
+    out = {}
+    for name, config in end_to_end_configs(steps).items():
+        start = time.perf_counter()
+        result = train(config, progress=False)
+        whole = time.perf_counter() - start
+        h = getattr(config.algorithm, "inner_steps", 1)
+        out[name] = (steady_tokens_per_s(result.history, config.tokens_per_step, 2 * h), whole)
+    print("end_to_end " + json.dumps(out), flush=True)
+    return out
+
+
+def child_env(devices: int, env=None) -> dict:
+    """The environment of a process that emulates `devices` devices: `$DILOCO_LITE_DEVICES`
+    set, and the XLA flags this process's `emulate_devices` added taken out again, so that the
+    child's own call sets those of its count (single-threaded ops depend on it)."""
+    import os
+
+    from .devices import COLLECTIVE_TIMEOUTS, DEVICES_ENV, SINGLE_THREADED_OPS
+
+    env = dict(os.environ if env is None else env)
+    added = {f"--{k}={v}" for k, v in COLLECTIVE_TIMEOUTS.items()}
+    added.add(f"--{SINGLE_THREADED_OPS}=false")
+    flags = " ".join(f for f in env.get("XLA_FLAGS", "").split() if f not in added)
+    env.update({DEVICES_ENV: str(devices), "XLA_FLAGS": flags})
+    if not flags:
+        del env["XLA_FLAGS"]
+    return env
+
+
+def end_to_end_layouts(layouts=E2E_LAYOUTS, steps: int = E2E_STEPS,
+                       timeout_s: float = 1800.0) -> dict:
+    """`end_to_end` in a fresh process per device count: {devices: {name: (tokens/s, s)}}."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import diloco_lite as dl; dl.emulate_devices({n}); "
+            "from diloco_lite.bench import end_to_end; end_to_end({steps})")
+    out = {}
+    for n in layouts:
+        proc = subprocess.run([sys.executable, "-c", code.format(n=n, steps=steps)],
+                              env=child_env(n), capture_output=True, text=True,
+                              timeout=timeout_s)
+        lines = [x for x in proc.stdout.splitlines() if x.startswith("end_to_end ")]
+        if proc.returncode or not lines:
+            raise RuntimeError(f"end-to-end bench on {n} devices failed:\n{proc.stderr[-2000:]}")
+        out[n] = {k: tuple(v) for k, v in json.loads(lines[-1].split(" ", 1)[1]).items()}
+    return out
+
+
+def end_to_end_table(results: dict, steps: int = E2E_STEPS) -> str:
+    """The report's table: steady tokens/s (whole-run seconds) per run and layout."""
+    layouts = list(results)
+    names = list(next(iter(results.values())))
+    head = "".join(f"{f'{n} devices' + (f' ({8 // n} workers each)' if n < 8 else ''):>30}"
+                   for n in layouts)
+    lines = [f"end-to-end       {steps}-step runs as train() runs them (M=8, 16 x 64 per worker, "
+             "default evaluation): steady tokens/s, compile excluded (whole run s)",
+             f"{'':16}{head}"]
+    for name in names:
+        cells = "".join(f"{f'{results[n][name][0]:,.0f} ({results[n][name][1]:.0f} s)':>30}"
+                        for n in layouts)
+        lines.append(f"{name:16}{cells}")
+    return "\n".join(lines)
+
+
 def bench(config=None) -> dict:
     """Run every measurement and print a report; returns the numbers."""
     import jax
@@ -196,6 +300,9 @@ def bench(config=None) -> dict:
 
     # 5. The bandwidth simulator's full sweep.
     out.update({f"bandwidth_{k}": v for k, v in bandwidth.bench_sweep().items()})
+
+    # 6. End to end: whole runs on both layouts, each in its own process.
+    out.update(end_to_end=end_to_end_layouts())
     _report(out)
     return out
 
@@ -217,6 +324,7 @@ def _report(o: dict) -> None:
           f"{o['first_run_s']:.1f} s, a second of the same schedule {o['second_run_s']:.1f} s "
           "(compiled steps shared)")
     print(f"bandwidth sweep  {o['bandwidth_sweep_s']:.3f} s for {o['bandwidth_cases']} cases")
+    print(end_to_end_table(o["end_to_end"]))
 
 
 def stress(runs: int = 3, rounds: int = 3, steps: int = 200, timeout_s: float = 1800.0) -> dict:

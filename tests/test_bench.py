@@ -17,3 +17,41 @@ def test_the_report_line_scales_the_peak_by_the_devices_in_use():
     line = bench.chip_line("NVIDIA L4", 1, 3.03e12)
     assert "10.00% of the f32 peak" in line
     assert "measured matmul peak" in bench.chip_line("cpu", 8, 1e9)
+
+
+def test_end_to_end_runs_are_the_issue_s_configs():
+    runs = bench.end_to_end_configs(300)
+    assert list(runs) == ["DDP", "DiLoCo H=50", "Decoupled H=50"]
+    for config in runs.values():
+        assert (config.workers, config.batch_size, config.seq_len, config.steps) == (8, 16, 64, 300)
+        assert config.eval_every is None  # the default schedule
+    assert runs["DiLoCo H=50"].algorithm.inner_steps == 50
+    assert runs["Decoupled H=50"].algorithm.fragments == 4
+
+
+def test_steady_tokens_per_s_leaves_out_the_first_rows_and_the_last():
+    import pandas as pd
+
+    # compilation in the first row (10 s) and in the last (the flush, 5 s); 1 s per 10 steps
+    history = pd.DataFrame({"step": [10, 20, 30, 40, 50],
+                            "wall_time_s": [10.0, 11.0, 12.0, 13.0, 19.0]})
+    assert bench.steady_tokens_per_s(history, tokens_per_step=100, from_step=15) == 1000.0
+    assert bench.steady_tokens_per_s(history, tokens_per_step=100, from_step=2) == 1000.0
+
+
+def test_a_layout_s_process_sets_its_own_device_count_and_flags():
+    env = bench.child_env(2, {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false --my_flag=1 "
+                                           "--xla_cpu_collective_call_warn_stuck_timeout_seconds"
+                                           "=120", "DILOCO_LITE_DEVICES": "8", "HOME": "/h"})
+    assert env == {"XLA_FLAGS": "--my_flag=1", "DILOCO_LITE_DEVICES": "2", "HOME": "/h"}
+    only_ours = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
+    assert "XLA_FLAGS" not in bench.child_env(8, only_ours)
+
+
+def test_the_end_to_end_table_has_a_row_per_run_and_a_column_per_layout():
+    table = bench.end_to_end_table({8: {"DDP": (100_000.0, 40.0), "DiLoCo H=50": (150_000.0, 30.0)},
+                                    2: {"DDP": (90_000.0, 35.0), "DiLoCo H=50": (140_000.0, 25.0)}})
+    lines = table.splitlines()
+    assert "8 devices" in lines[1] and "2 devices (4 workers each)" in lines[1]
+    assert "100,000 (40 s)" in lines[2] and "90,000 (35 s)" in lines[2]
+    assert lines[3].startswith("DiLoCo H=50") and "140,000 (25 s)" in lines[3]
