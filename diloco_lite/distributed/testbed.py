@@ -120,8 +120,8 @@ class Testbed:
         return ["ip", "netns", "exec", self.namespace(k), *cmd] if self.emulated else list(cmd)
 
     def counters(self) -> list[dict] | None:
-        """Per host: `tx_bytes`, `rx_bytes`, `tx_packets`, `rx_packets` of its `eth0` so far
-        (None when not emulated)."""
+        """Per host: `tx_bytes`, `rx_bytes`, `tx_packets`, `rx_packets` of its `eth0` so far,
+        and `retrans_segs`, the TCP segments it sent again (None when not emulated)."""
         if not self.emulated:
             return None
         out = []
@@ -129,9 +129,12 @@ class Testbed:
             [link] = json.loads(_run("ip", "-n", self.namespace(k), "-s", "-j", "link", "show",
                                      "eth0"))
             stats = link["stats64"]
+            snmp = _run("ip", "netns", "exec", self.namespace(k), "cat", "/proc/net/snmp")
+            tcp = [line.split() for line in snmp.splitlines() if line.startswith("Tcp:")]
             out.append({"tx_bytes": stats["tx"]["bytes"], "rx_bytes": stats["rx"]["bytes"],
                         "tx_packets": stats["tx"]["packets"],
-                        "rx_packets": stats["rx"]["packets"]})
+                        "rx_packets": stats["rx"]["packets"],
+                        "retrans_segs": int(dict(zip(*tcp, strict=True))["RetransSegs"])})
         return out
 
     def sent_since(self, before: list[dict] | None) -> list[dict] | None:
