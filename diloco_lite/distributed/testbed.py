@@ -23,10 +23,10 @@ the host name. Traffic goes only to addresses inside these namespaces.
 Needs root and iproute2 (`ip`, `tc`); without them (or where namespaces cannot be made, e.g. an
 unprivileged container) it falls back to this machine's loopback with no throttle, says so and
 sets `emulated = False`, and `counters()` returns None. `__exit__` deletes everything it made on
-every way out (an exception, a KeyboardInterrupt); `__enter__` first deletes the leftovers of an
-earlier run that could not (killed with SIGKILL). One testbed at a time per machine (the names
-are fixed): a second waits for the first's lock (`LOCK`, a flock the kernel frees when its
-holder dies, so a crashed run's leftovers are recognised as such).
+every way out (an exception, a KeyboardInterrupt, a SIGTERM); `__enter__` first deletes the
+leftovers of an earlier run that could not (killed with SIGKILL). One testbed at a time per
+machine (the names are fixed): a second waits for the first's lock (`LOCK`, a flock the kernel
+frees when its holder dies, so a crashed run's leftovers are recognised as such).
 
 What the counters count: the bytes of every Ethernet frame that left the host's `eth0`:
 gloo's payloads plus TCP/IP/Ethernet headers (66 bytes per segment of ≤ 1448 payload bytes:
@@ -52,6 +52,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -80,6 +81,7 @@ class Testbed:
         self.reason = _unavailable()
         if not self.reason:
             self._lock = _take_lock()  # one testbed at a time: the names are fixed
+            self._on_term = _exit_on_sigterm()
             cleanup()  # the lock was free: whatever carries the prefix is a crashed run's
             try:
                 self._build()
@@ -106,6 +108,9 @@ class Testbed:
         if getattr(self, "_lock", None) is not None:
             self._lock.close()  # releases the flock
             self._lock = None
+        if getattr(self, "_on_term", None) is not None:
+            signal.signal(signal.SIGTERM, self._on_term)
+            self._on_term = None
 
     # -- what the launcher and the measurements use --------------------------------------------
     def namespace(self, k: int) -> str:
@@ -210,6 +215,20 @@ def cleanup() -> list[str]:
         for path in ETC_NETNS.glob(f"{PREFIX}*"):
             shutil.rmtree(path, ignore_errors=True)
     return gone
+
+
+def _exit_on_sigterm():
+    """In the main thread: make SIGTERM raise SystemExit (so that `__exit__` cleans up; by
+    default it ends Python without unwinding); returns the handler to restore."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def leave(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, leave)
 
 
 def _take_lock(wait_s: float = 600.0):
