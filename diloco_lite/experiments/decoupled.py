@@ -200,7 +200,7 @@ def chaos_table(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 def ablation_table(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Final held-out accuracy of every ablation, its change from its baseline (the reference,
-    or at M = 16 the RDA run), and the published change where there is one."""
+    or at M = 16 the RDA run), the published change where there is one, and its goodput."""
     acc = {k: h.val_accuracy.iloc[-1] for k, h in histories.items()}
     ref = next(iter(acc))
     rda16, m16 = PUBLISHED[("merge", 16)]
@@ -214,7 +214,8 @@ def ablation_table(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
         kind = ("merge" if "M=" in label else "quorum and grace" if "jitter" in label
                 else "bits")
         rows.append({"ablation": kind, "method": label, "val_accuracy": a,
-                     "delta": 100 * (a - base), "published_delta": published.get(label, math.nan)})
+                     "delta": 100 * (a - base), "published_delta": published.get(label, math.nan),
+                     "goodput": histories[label].goodput.iloc[-1]})
     return pd.DataFrame(rows)
 
 
