@@ -7,6 +7,30 @@ per learner-step, every learner up and equally fast, events included / a DiLoCo 
 one DiLoCo sync; a run's fixed cost (a first run, and a second that reuses its compiled
 steps); the bandwidth sweep's time. Timings alternate A/B over several rounds and
 report medians (machines here are noisy). `--stress` runs several trainings at once (`stress`).
+Last, end to end (`end_to_end_layouts`): the steady tokens/s (and whole-run seconds) of DDP,
+DiLoCo H=50 and Decoupled DiLoCo H=50 runs as `train()` runs them, on 8 and on 2 emulated
+devices, each layout in its own process.
+
+The layouts, measured (DiLoCo H=50, M=8, per 100 steps without evaluation, quiet machine): 2
+devices 6.78 s, 8 devices 7.05-7.13 s, so the 2-device layout was not slower in steady state
+here (issue 20's 98.5K vs 111.5K tokens/s did not reproduce); the whole-run advantage that
+`__main__` quotes (14-39%, compilation included) was not re-measured under this load.
+
+Where a DiLoCo run's time goes (M=8, H=50, 16 x 64 per worker, 600 steps, evaluation every 30)
+— measured on a shared 2-core machine, 2026-12-04: each candidate toggled off in a throwaway
+copy, A/B alternated per 100-step period, ratio of off/on (medians of 1-2 pairs; other jobs
+loaded the machine during some pairs, so about ±5%):
+    waiting for each block (block_until_ready)   8 devices 1.018, 2 devices 0.998: free
+    single-threaded XLA ops flag (devices.py)     7.05 s (multi-threaded) vs 7.13 s: ~1%
+    collective timeout flags                      thresholds only; not measured apart
+    masked inner scan (jnp.where per step)        1.016: free (unmasked is not bit-identical)
+    power-of-two scan pieces (32+16+2 per block)  0.98-1.00: ≤2% (one scan: bit-identical)
+    events (send, close, arrive)                  0.95-1.06: within the noise
+    evaluation (20 per run)                       1.059 for 4 per 100 steps: ~5% of a run
+    host-side batch building                      0.035 s per 150 steps: 0.3%
+    tqdm progress bar                             1.012 (one pair): ~1%
+The code before all of these (commit d08f499), same machine, paired processes, 150-step runs:
+86-87K tokens/s against today's 105-109K; the 148.8K of issue 20 was not a loss to them.
 """
 
 from __future__ import annotations
@@ -126,7 +150,7 @@ def plan_runner(config, corpus, model, mesh, optimizer, params):
 # default model, evaluation on its default schedule), on the notebooks' layout (8 emulated
 # devices, one worker each) and on `make reproduce`'s (2 devices, 4 workers vmapped on each).
 # The device count is fixed when JAX starts, so each layout runs in its own process.
-E2E_STEPS = 300
+E2E_STEPS = 200  # about 4 minutes for both layouts on a quiet 2-core machine
 E2E_LAYOUTS = (8, 2)
 
 
