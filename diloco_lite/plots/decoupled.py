@@ -53,8 +53,8 @@ def goodput_bars(table: pd.DataFrame) -> alt.Chart:
     ticks = alt.Chart(data).mark_tick(thickness=3, size=22, color="black").encode(
         y=y, x="simulator:Q",
         tooltip=["method", alt.Tooltip("simulator:Q", format=".1%", title="simulator")])
-    text = alt.Chart(data).mark_text(align="left", dx=4).encode(
-        y=y, x="with_overlap:Q", text=alt.Text("run:Q", format=".0%"))
+    text = alt.Chart(data).mark_text(align="right", dx=-4, color="white", fontWeight="bold").encode(
+        y=y, x="run:Q", text=alt.Text("run:Q", format=".0%"))
     return (bars + overlap + ticks + text).properties(
         width=420, height=36 * len(order),
         title=["Goodput: measured from the runs (bars; light: lost to the overlap)",
