@@ -47,3 +47,13 @@ def assert_trees_close_up_to_rounding_flips(a, b, rtol, atol, max_flips=1e-2, fl
         worst = max(worst, float(np.abs(x - y)[off].max(initial=0.0)))
     assert bad <= max_flips * total, f"{bad} of {total} elements differ (largest {worst:.2e})"
     assert worst <= flip_size, f"{bad} elements differ, the largest by {worst:.2e} > {flip_size}"
+
+
+def plan_events(plan, kind: str) -> list:
+    """Every event of `kind` in a plan's blocks, in order."""
+    return [e for b in plan.blocks for e in b.events if e.kind == kind]
+
+
+def final_stats(plan) -> dict:
+    """The counters of a plan's last history row."""
+    return plan_events(plan, "eval")[-1].stats

@@ -20,6 +20,8 @@ from diloco_lite.clock import Cluster, FailureRate
 from diloco_lite.clock.plan import make_plan
 from diloco_lite.devices import AXIS, worker_mesh
 from diloco_lite.wire import WireFormat
+from tests.helpers import final_stats as final
+from tests.helpers import plan_events as events
 
 T2 = float(16 * 64) ** 2  # (tokens per step)² with RunConfig's default batch 16 × 64
 
@@ -31,14 +33,6 @@ def plan(cluster=None, workers=4, steps=12, algo=None, **kw):
     p = getattr(algo, "fragments", 1) if not isinstance(algo, (dl.DDP, dl.DiLoCo)) else 1
     return make_plan(cfg, up_nbytes=[100] * p, down_nbytes=[10] * p, sizes=[1] * p,
                      rejoin_nbytes=0, eval_at=[steps])
-
-
-def events(pl, kind):
-    return [e for b in pl.blocks for e in b.events if e.kind == kind]
-
-
-def final(pl):
-    return events(pl, "eval")[-1].stats
 
 
 def test_a_failed_learner_is_out_of_the_merge_and_of_the_quorum():

@@ -90,6 +90,16 @@ def test_decoupled_in_its_synchronous_limit_is_streaming(streaming8):
     assert max_abs_diff(streaming8.params, rda.params) > 1e-4
 
 
+def sgd_steps_by_hand(local, grad, treedef, corpus, cfg, t):
+    """Step t of every worker in float64: θ_w ← θ_w − 0.5 · ∇loss(θ_w; worker w's batch t)."""
+    batch = corpus.batch(t - 1, seed=cfg.seed, workers=len(local), batch_size=cfg.batch_size,
+                         seq_len=cfg.seq_len)
+    for w, params in enumerate(local):
+        g = jax.tree.leaves(grad(jax.tree.unflatten(treedef, [jnp.float32(x) for x in params]),
+                                 batch[w]))
+        local[w] = [x - 0.5 * np.asarray(gi, np.float64) for x, gi in zip(params, g, strict=True)]
+
+
 def rda_by_hand(deltas):
     """Radial-directional averaging of equally weighted Δ_m (lists of arrays, taken together):
     r = mean ‖Δ_m‖, u = mean Δ_m/‖Δ_m‖, Δ = r · u/‖u‖ (ALGORITHMS.md §4)."""
@@ -116,13 +126,7 @@ def decoupled_rda_by_hand(cfg):
     rda_idx = [i for i, n in enumerate(names) if n not in ("embed", "pos")]
     grad = jax.jit(jax.grad(model.loss))
     for t in range(1, cfg.steps + 1):
-        batch = corpus.batch(t - 1, seed=cfg.seed, workers=m, batch_size=cfg.batch_size,
-                             seq_len=cfg.seq_len)
-        for w in range(m):
-            g = jax.tree.leaves(grad(jax.tree.unflatten(treedef, [jnp.float32(x) for x in
-                                                                 local[w]]), batch[w]))
-            local[w] = [x - 0.5 * np.asarray(gi, np.float64)
-                        for x, gi in zip(local[w], g, strict=True)]
+        sgd_steps_by_hand(local, grad, treedef, corpus, cfg, t)
         if t % 3 and t < cfg.steps:
             continue
         deltas = [[glob[i] - local[w][i] for i in range(len(glob))] for w in range(m)]
@@ -183,13 +187,8 @@ def streaming_by_hand(cfg, steps):
     grad = jax.jit(jax.grad(model.loss))
     pending, since = [], [[0, 0] for _ in range(m)]
     for t in range(1, steps + 1):
-        batch = corpus.batch(t - 1, seed=cfg.seed, workers=m, batch_size=cfg.batch_size,
-                             seq_len=cfg.seq_len)
+        sgd_steps_by_hand(local, grad, treedef, corpus, cfg, t)
         for w in range(m):
-            g = jax.tree.leaves(grad(jax.tree.unflatten(treedef, [jnp.float32(x) for x in
-                                                                 local[w]]), batch[w]))
-            local[w] = [x - 0.5 * np.asarray(gi, np.float64)
-                        for x, gi in zip(local[w], g, strict=True)]
             since[w] = [s + 1 for s in since[w]]
         for p in (0, 1):
             if t in send_after[p]:

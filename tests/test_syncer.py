@@ -15,6 +15,8 @@ from diloco_lite.algorithms import make_driver
 from diloco_lite.clock import Cluster, FailureRate
 from diloco_lite.clock.plan import Block, Event, make_plan
 from diloco_lite.training import setup
+from tests.helpers import final_stats as final
+from tests.helpers import plan_events as events
 from tests.helpers import tiny_run
 
 BL2 = float(16 * 64) ** 2  # (tokens per step)² with RunConfig's default batch 16 × 64
@@ -27,14 +29,6 @@ def plan(cluster=None, workers=4, steps=12, **algo):
     p = algo.fragments
     return make_plan(cfg, up_nbytes=[100] * p, down_nbytes=[10] * p, sizes=[1] * p,
                      rejoin_nbytes=0, eval_at=[steps])
-
-
-def events(pl, kind):
-    return [e for b in pl.blocks for e in b.events if e.kind == kind]
-
-
-def final(pl):
-    return events(pl, "eval")[-1].stats
 
 
 def sends_of(pl, m):
