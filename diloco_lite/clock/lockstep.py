@@ -94,7 +94,7 @@ def plan_lockstep(rec: Recorder, schedule: Schedule, timeline: Timeline, *, step
         for p in sends:
             # every worker that took this step sends: its Δ holds ≥ 1 step since its base, as
             # the schedule keeps arrivals (τ < H steps after a send) before the next send of p
-            # (tests/test_syncer.py checks it on the plans)
+            # (tests/test_booking.py checks it on the plans)
             who = list(end)
             arrival = exchange(p, now)
             weights = dict.fromkeys(who, 1.0)

@@ -173,8 +173,7 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
             p, m, sid, lived = data
             s = syncs[p]
             if s is None or s.id != sid or lived != life[m]:
-                continue  # that sync closed without it, or it failed since (bytes booked all
-                # the same: they were sent)
+                continue  # closed without it, or it failed since (its bytes were sent: booked)
             s.arrived.add(m)
             if s.quorum_t is None and len(s.arrived) >= algo.quorum:
                 s.quorum_t = t
