@@ -122,6 +122,37 @@ class WireFormat:
                             is_leaf=lambda p: isinstance(p, dict) and "codes" in p)
 
 
+def to_bytes(tree: Any, batch_dims: int = 1) -> jax.Array:
+    """Every leaf of `tree` bit-cast to bytes and laid end to end: `uint8[*lead, total]`, with
+    the first `batch_dims` axes (e.g. the learners) kept. One buffer makes one collective where
+    a pytree makes one per leaf (a b-bit payload has two leaves per tensor), each paying a
+    round of messages on a real link; `from_bytes` undoes it exactly."""
+    parts = []
+    for x in jax.tree.leaves(tree):
+        lead = x.shape[:batch_dims]
+        parts.append(jax.lax.bitcast_convert_type(x, jnp.uint8).reshape(lead + (-1,)))
+    return jnp.concatenate(parts, axis=-1)
+
+
+def from_bytes(buf: jax.Array, like: Any, batch_dims: int = 1) -> Any:
+    """The pytree `to_bytes` packed, bit for bit: leaves shaped and typed like `like`'s (whose
+    first `batch_dims` axes may differ from `buf`'s: e.g. one learner's payload packed, all M
+    gathered)."""
+    leaves, treedef = jax.tree.flatten(like)
+    out, start = [], 0
+    lead = buf.shape[:-1]
+    for x in leaves:
+        shape, size = x.shape[batch_dims:], x.dtype.itemsize
+        n = math.prod(shape) * size
+        b = buf[..., start:start + n]
+        start += n
+        if size == 1:
+            out.append(jax.lax.bitcast_convert_type(b, x.dtype).reshape(lead + shape))
+        else:
+            out.append(jax.lax.bitcast_convert_type(b.reshape(lead + shape + (size,)), x.dtype))
+    return jax.tree.unflatten(treedef, out)
+
+
 def _rows(shape: tuple[int, ...]) -> tuple[int, int]:
     """(rows, row length): a matrix's leading axes are rows; a vector or scalar is one row."""
     if len(shape) >= 2:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import diloco_lite as dl
-from diloco_lite.clock import Cluster, FailureRate, Link, Timeline, ring_factor
+from diloco_lite.clock import Cluster, FailureRate, Link, Timeline, gather_factor, ring_factor
 from diloco_lite.clock.plan import make_plan
 from diloco_lite.clock.schedule import Schedule
 
@@ -91,6 +91,7 @@ def test_link_and_ring_factor():
     assert Link(gbit_per_s=2.0).busy_s(1e9) == 4.0  # 8e9 bits at 2e9 bit/s
     assert Link().busy_s(1e12) == 0.0
     assert ring_factor(1) == 0 and ring_factor(8) == 1.75
+    assert gather_factor(1) == 0 and gather_factor(8) == 7
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,9 +129,18 @@ def test_default_clock_counts_steps_and_books_every_sync():
 
 
 def test_ddp_step_is_compute_plus_the_ring_all_reduce():
-    link = Link(gbit_per_s=0.001, latency_s=0.05)  # 1000 B × 1.5 (ring, 4) = 12 kbit: 12 ms
+    # 1000 B × 1.5 (ring all-reduce, 4 workers) = 12 kbit: 12 ms, and 2·3 hops of 50 ms
+    link = Link(gbit_per_s=0.001, latency_s=0.05)
     pl = plan(dl.DDP(), Cluster(step_time_s=0.5, link=link), steps=10)
-    assert final(pl)["sim_time_s"] == pytest.approx(10 * (0.5 + 0.012 + 0.05))
+    assert final(pl)["sim_time_s"] == pytest.approx(10 * (0.5 + 0.012 + 6 * 0.05))
+
+
+def test_a_diloco_sync_is_compute_plus_the_ring_all_gather():
+    # 1000 B × 3 (all-gather: every other worker's payload, 4 workers) = 24 kbit: 24 ms, and
+    # 3 hops of 50 ms; two syncs of H = 4 steps of 0.5 s
+    link = Link(gbit_per_s=0.001, latency_s=0.05)
+    pl = plan(dl.DiLoCo(inner_steps=4), Cluster(step_time_s=0.5, link=link), steps=8)
+    assert final(pl)["sim_time_s"] == pytest.approx(2 * (4 * 0.5 + 0.024 + 3 * 0.05))
 
 
 def test_a_slow_worker_sets_the_lock_step_pace():
@@ -145,7 +155,7 @@ def test_a_slow_worker_sets_the_lock_step_pace():
 def test_overlap_lets_a_late_fragment_arrive_while_training_goes_on():
     """Streaming τ=2 on a slow link: a fragment takes 2.5 s to arrive; it is only needed two
     steps later, so a run stalls only by 0.5 s per sync instead of 2.5 s."""
-    link = Link(gbit_per_s=1000 * 8 * 1.5 / 2.5e9)
+    link = Link(gbit_per_s=1000 * 8 * 3 / 2.5e9)  # the all-gather of 4 workers: 3 payloads
     algo = dl.StreamingDiLoCo(inner_steps=4, fragments=1, overlap=2, bits=4)
     slow = final(plan(algo, Cluster(link=link), steps=12))
     tau0 = final(plan(dl.StreamingDiLoCo(inner_steps=4, fragments=1, overlap=0, bits=4),

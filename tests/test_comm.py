@@ -65,6 +65,9 @@ def test_ddp_step_is_one_all_reduce_of_the_gradient(setup, workers):
     assert set(out["by_kind"]) == {"all-reduce"}
     # the gradient (= parameter) bytes, plus the 4-byte mean loss riding along
     assert out["by_kind"]["all-reduce"] in (fp32_bytes(params), fp32_bytes(params) + 4)
+    # in one flat buffer, not a tuple of tensors (gloo runs one ring per tuple element)
+    [op] = out["ops"]
+    assert not op.shape.startswith("("), op.shape[:60]
 
 
 def stacked(mesh, tree, m=8):
@@ -85,8 +88,9 @@ def test_inner_steps_have_no_collectives(setup):
 
 @pytest.mark.parametrize("bits", [32, 16, 8, 4, 2])
 def test_the_sync_moves_exactly_the_booked_b_bit_payload(setup, bits):
-    """One all-gather per sync, of what the 8 learners send: 8 × the wire format's bytes. The
-    count of the wire format itself is checked by hand in test_wire.py."""
+    """One all-gather per sync (one byte buffer, `wire.to_bytes`), of what the 8 learners send:
+    8 × the wire format's bytes. The count of the wire format itself is checked by hand in
+    test_wire.py."""
     _, params = setup
     mesh = worker_mesh(8)
     wire = WireFormat(bits)
@@ -99,6 +103,8 @@ def test_the_sync_moves_exactly_the_booked_b_bit_payload(setup, bits):
                            rda=False, flush=False)
     assert set(out["by_kind"]) == {"all-gather"}
     assert out["by_kind"]["all-gather"] == 8 * wire.tree_nbytes(params)
+    # one buffer: one round of messages on a real link, not one per leaf (26 tensors here)
+    assert len(out["ops"]) == 1
 
 
 @pytest.mark.parametrize("algo", [

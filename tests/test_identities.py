@@ -41,6 +41,33 @@ def test_ddp_sixteen_workers_vmapped_on_eight_devices(ddp8):
     assert_trees_close(ddp8.params, sixteen.params)
 
 
+def test_elastic_ddp_step_is_sgd_on_the_up_workers_sequences():
+    """16 workers, two on each device; workers 0, 5 and 6 down (share 0, the others 16/13): one
+    step is SGD(0.5) on the mean loss of the other workers' sequences, written here as a plain
+    gradient of their batch."""
+    from diloco_lite.algorithms.ddp import ddp_step_fn
+
+    cfg = tiny_run(dl.DDP(elastic=True), workers=16)
+    corpus, model, mesh, optimizer = setup(cfg)
+    params = model.init(0)
+    batch = corpus.batch(0, seed=0, workers=16, batch_size=2, seq_len=cfg.seq_len)
+    up = np.ones(16, np.float32)
+    up[[0, 5, 6]] = 0
+    share = up * up.size / up.sum()
+    step = ddp_step_fn(model, mesh, optimizer, donate=False)
+    placed = jax.device_put((batch, share), mesh.sharding("workers"))
+    got, _, loss = step(*jax.device_put((params, optimizer.init(params)), mesh.sharding()),
+                        *placed)
+    rows = batch[up > 0].reshape(-1, batch.shape[-1])
+    want_loss, grads = jax.value_and_grad(model.loss)(params, rows)
+    want = jax.tree.map(lambda p, g: p - 0.5 * g, params, grads)
+    assert_trees_close(got, want)
+    np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-6)
+    # and the down workers' sequences really would have moved it
+    assert max_abs_diff(want, jax.tree.map(lambda p, g: p - 0.5 * g, params, jax.grad(
+        model.loss)(params, batch.reshape(-1, batch.shape[-1])))) > 1e-4
+
+
 def test_diloco_h1_outer_sgd1_is_ddp(ddp8):
     """SGD inner, H=1, outer SGD(lr=1, no momentum): θ − 1·mean(θ − θ_m) = θ − lr·ḡ."""
     diloco = run(tiny_run(dl.DiLoCo(inner_steps=1, outer_optimizer=optax.sgd(1.0))))

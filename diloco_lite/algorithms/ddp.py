@@ -21,8 +21,10 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from ..devices import AXIS
+from ..model import token_nll_and_correct
 from ..steps import inner_step
 from ..wire import WireFormat
 
@@ -36,11 +38,16 @@ def ddp_step_fn(model, mesh, optimizer, donate: bool = True):
 
     def local_loss(params, batch_and_share):
         batch_mxBxL1, share_m = batch_and_share
-        loss_m = jax.vmap(model.loss, in_axes=(None, 0))(params, batch_mxBxL1)
+        m, _, l1 = batch_mxBxL1.shape
+        # One forward over all the device's sequences (as a hand-written step would: a vmap over
+        # workers cost 1.12-1.19x, issue 16), then each worker's mean loss, weighted by its share.
+        nll_mBxL, _ = token_nll_and_correct(model, params, batch_mxBxL1.reshape(-1, l1))
+        loss_m = jnp.mean(nll_mBxL.reshape(m, -1, l1 - 1), axis=(1, 2))
         return jnp.mean(share_m * loss_m)
 
-    def all_reduce(loss, grads):  # the one collective of a DDP step
-        return jax.lax.pmean((loss, grads), AXIS)
+    def all_reduce(loss, grads):  # the one collective of a DDP step, on one flat buffer
+        flat, unravel = ravel_pytree((loss, grads))  # (gloo would run one ring per tensor)
+        return unravel(jax.lax.pmean(flat, AXIS))
 
     def local_step(params, opt_state, batch_mxBxL1, share_m):
         return inner_step(local_loss, optimizer, params, opt_state, (batch_mxBxL1, share_m),

@@ -52,7 +52,7 @@ from ..outer import (
     tree_norm,
 )
 from ..steps import inner_step
-from ..wire import WireFormat
+from ..wire import WireFormat, from_bytes, to_bytes
 
 MEAN_MERGED = ("embed", "pos")  # top-level parameter names merged by the weighted mean in RDA
 
@@ -94,8 +94,10 @@ def send_fn(mesh, wire: WireFormat):
 def close_fn(mesh, outer_optimizer, up: WireFormat, down: WireFormat):
     """Jitted `close(global_p, outer_p, sent_p, weights_M, mean_leaves, rda, flush)
     -> (global_p, outer_p, diagnostics)` for one fragment (see the module docstring)."""
-    gather = jax.shard_map(lambda sent: jax.lax.all_gather(sent, AXIS, tiled=True),
-                           mesh=mesh.mesh, in_specs=jax.P(AXIS), out_specs=jax.P(),
+    def gather_one(sent):  # one all-gather of the fragment's payloads as one byte buffer
+        return from_bytes(jax.lax.all_gather(to_bytes(sent), AXIS, tiled=True), sent)
+
+    gather = jax.shard_map(gather_one, mesh=mesh.mesh, in_specs=jax.P(AXIS), out_specs=jax.P(),
                            check_vma=False)
 
     @functools.partial(jax.jit, static_argnames=("mean_leaves", "rda", "flush"))

@@ -11,7 +11,11 @@ learner takes one second per step and the link is free, so `sim_time_s` counts s
 
 The link is the bandwidth simulator's model (`systems.bandwidth`): a message of `bits` holds the
 link for bits / (gbit_per_s · 1e9) seconds, first in first out, and arrives `latency_s` after it
-leaves. A lock-step all-reduce moves `ring_factor(M)` = 2(M−1)/M of its payload per worker.
+leaves. A lock-step exchange costs what the library's collective moves, on a ring (the α-β
+model): DDP's gradient all-reduce `ring_factor(M)` = 2(M−1)/M of its payload per worker and
+2(M−1) hops; DiLoCo's and Streaming's all-gather of the b-bit payloads (they cannot be summed
+without decoding) `gather_factor(M)` = M−1 payloads per worker and M−1 hops; each hop adds
+`latency_s` (`exchange_cost`). tests/test_testbed.py measures both factors on real links.
 
 The rest of the package turns a config into a *plan* on this clock (`schedule`: the one
 schedule of sends and arrivals; `lockstep`: DDP, DiLoCo, Streaming; `syncer`: Decoupled).
@@ -67,6 +71,20 @@ def transfer_seconds(bits, bits_per_s):
 def ring_factor(replicas: int) -> float:
     """A ring all-reduce over R replicas moves 2(R−1)/R of the payload per replica."""
     return 2.0 * (replicas - 1) / replicas
+
+
+def gather_factor(replicas: int) -> float:
+    """A ring all-gather over R replicas moves R−1 payloads per replica (each forwards every
+    other replica's payload once)."""
+    return float(replicas - 1)
+
+
+def exchange_cost(replicas: int, gather: bool) -> tuple[float, int]:
+    """(payloads each replica sends, sequential hops) of one lock-step exchange on a ring: the
+    all-gather (`gather`) or the all-reduce; each hop waits one link latency."""
+    if gather:
+        return gather_factor(replicas), replicas - 1
+    return ring_factor(replicas), 2 * (replicas - 1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """Lock-step methods on the simulated clock: DDP, DiLoCo and Streaming DiLoCo.
 
 Every sync is a barrier. The exchange of fragment p after step t starts when the last up worker
-has finished step t (`release`), holds the link for its ring share 2(M−1)/M of the payload
-(first in first out), and must have arrived before anyone starts step t + τ + 1. Between syncs
+has finished step t (`release`), holds the link for what the collective moves per worker (DDP's
+all-reduce: 2(M−1)/M of the gradient; DiLoCo's and Streaming's all-gather: M−1 payloads, first
+in first out), arrives one link latency per ring hop later (`clock.exchange_cost`), and must
+have arrived before anyone starts step t + τ + 1. Between syncs
 each worker runs at its own speed, so one slow worker sets everyone's pace.
 
 Failures (choice, like data-parallel training in notebook 06):
@@ -27,7 +29,7 @@ from __future__ import annotations
 import math
 
 from ..config import check
-from . import Timeline, ring_factor
+from . import Timeline, exchange_cost
 from .recorder import Recorder
 from .schedule import Schedule
 
@@ -38,7 +40,7 @@ def plan_lockstep(rec: Recorder, schedule: Schedule, timeline: Timeline, *, step
                   elastic: bool, ddp: bool, eval_at: set) -> None:
     """Record a lock-step run of `steps` steps into `rec` (see the module docstring)."""
     M, link, tau = timeline.learners, timeline.cluster.link, schedule.overlap
-    ring = ring_factor(M)
+    factor, hops = exchange_cost(M, gather=not ddp)
     fin, up, wi = [0.0] * M, [True] * M, [0] * M  # free at; up; next failure window
     back: dict[int, float] = {}  # elastic: failed worker -> when it is up again
     gate: dict[int, float] = {}  # step -> when the syncs due after it have arrived
@@ -49,8 +51,8 @@ def plan_lockstep(rec: Recorder, schedule: Schedule, timeline: Timeline, *, step
 
     def exchange(p: int, release: float) -> float:
         nonlocal link_free
-        link_free = max(link_free, release) + link.busy_s(ring * rec.up_nbytes[p])
-        return link_free + link.latency_s
+        link_free = max(link_free, release) + link.busy_s(factor * rec.up_nbytes[p])
+        return link_free + hops * link.latency_s
 
     while t < steps:
         t += 1

@@ -29,7 +29,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from ..clock import Cluster, Link, ring_factor
+from ..clock import Cluster, Link, exchange_cost
 from ..config import DDP, DiLoCo, RunConfig
 from .launch import launch
 from .testbed import Testbed
@@ -64,8 +64,8 @@ def measure(hosts: int = 4, rates=(0.01, 0.1, 1.0), steps: int = 40, inner_steps
     rows = []
     for rate in rates:
         cluster = Cluster(step_time_s=t_step, link=Link(gbit_per_s=rate, latency_s=latency_s))
-        for algo, factor in ((DDP(), ring_factor(hosts)),
-                             (DiLoCo(inner_steps=inner_steps), hosts - 1.0)):
+        for algo in (DDP(), DiLoCo(inner_steps=inner_steps)):
+            factor, _ = exchange_cost(hosts, gather=not isinstance(algo, DDP))
             config = dataclasses.replace(base, algorithm=algo, cluster=cluster)
             result, sent, _ = _run(config, hosts, cluster.link)
             h = result.history
