@@ -8,7 +8,9 @@
   faster on 2 cores than 8 single-worker devices); the notebooks train the same runs on 8. The
   key leaves the layout out, so the two share runs: their numbers agree to float-rounding drift
   (README, "Two commands"), and each run's `<key>.txt` records what trained it.
-- The bandwidth and goodput reproductions come from `bandwidth_report` and `goodput_report`.
+- The bandwidth and goodput reproductions come from `bandwidth_report` and `goodput_report`;
+  the real-link measurements (`links`: processes on the testbed's throttled hosts, needs root
+  and iproute2, else times on loopback) from `distributed.measure`.
 - Results land in `figures/results.md` and `figures/results.json`: every number next to the
   published one (where there is one) and the config that produced it.
 
@@ -31,7 +33,7 @@ import pandas as pd
 
 from . import __version__, paths, plots
 
-JOBS = ("training", "bandwidth", "goodput")
+JOBS = ("training", "bandwidth", "goodput", "links")
 # A results row. `std` and `seeds` are set by the rows that average over seeds (the quality
 # table: value is then the mean, std the sample standard deviation); None elsewhere.
 COLUMNS = ("experiment", "method", "metric", "value", "std", "seeds", "published", "config",
@@ -256,10 +258,14 @@ def reproduce(*, quick: bool = False, only: tuple[str, ...] = JOBS, figures_dir=
             from .systems import bandwidth_report
 
             rows += bandwidth_report.reproduce_job(figures_dir, quick)
-        else:
+        elif job == "goodput":
             from .systems import goodput_report
 
             rows += goodput_report.reproduce_job(figures_dir, quick)
+        else:  # real processes over the testbed's throttled links (issue 17)
+            from .distributed import measure
+
+            rows += measure.reproduce_job(figures_dir, quick)
         print(f"[reproduce] {job} done in {time.perf_counter() - start:.0f} s", flush=True)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     write_results(table, figures_dir, merge=set(only) != set(JOBS) or groups is not None)

@@ -89,6 +89,69 @@ def measure(hosts: int = 4, rates=(0.01, 0.1, 1.0), steps: int = 40, inner_steps
     return table
 
 
+def settings(quick: bool) -> dict:
+    """The measurement `make reproduce` (job `links`) and notebook 07 run: 4 hosts at 10 / 100 /
+    1000 Mbit/s, 40 steps, DiLoCo H = 10; quick: 2 hosts at 100 Mbit/s, 12 steps, H = 4."""
+    if quick:
+        return dict(hosts=2, rates=(0.1,), steps=12, inner_steps=4)
+    return dict(hosts=4, rates=(0.01, 0.1, 1.0), steps=40, inner_steps=10)
+
+
+def describe(hosts: int, rates, steps: int, inner_steps: int, latency_s: float = 0.0,
+             emulated: bool = True) -> str:
+    """The config column of the `links` rows."""
+    where = "testbed hosts" if emulated else "processes on loopback (no testbed: times only)"
+    return (f"{hosts} {where} of 1 CPU device, default model, {steps} steps, DiLoCo H="
+            f"{inner_steps}; links {', '.join(f'{r * 1e3:g}' for r in rates)} Mbit/s, latency "
+            f"{latency_s * 1e3:g} ms")
+
+
+def result_rows(table: pd.DataFrame, config: str) -> list[dict]:
+    """The results table's rows of a `measure()` table: per method and link rate, measured /
+    simulated seconds per step and bytes on the wire / the model; at the slowest link, DiLoCo's
+    speed-up over DDP for the same tokens, measured and simulated."""
+    rows = []
+    for r in table.itertuples():
+        at = f"@{r.gbit_per_s * 1e3:g} Mbit/s"
+        rows.append(dict(experiment="links", method=r.method, value=float(r.ratio),
+                         metric=f"measured / simulated s per step {at}", config=config))
+        if r.tx_over_model == r.tx_over_model:  # not NaN: the testbed counted the bytes
+            rows.append(dict(experiment="links", method=r.method, value=float(r.tx_over_model),
+                             metric=f"bytes on the wire / booked x collective factor {at}",
+                             config=config))
+    rate = table.gbit_per_s.min()
+    slow = table[table.gbit_per_s == rate].set_index("method")
+    if {"ddp", "diloco"} <= set(slow.index):
+        for clock, column in (("measured", "wall_s_per_step"), ("simulated", "sim_s_per_step")):
+            rows.append(dict(
+                experiment="links", method="diloco", config=config,
+                metric=f"wall-clock speed-up over DDP, {clock} @{rate * 1e3:g} Mbit/s",
+                value=float(slow[column]["ddp"] / slow[column]["diloco"]),
+                published=20.0 if clock == "measured" else None))
+    return rows
+
+
+def reproduce_job(figures_dir, quick: bool) -> list[dict]:
+    """`make reproduce`'s `links` job: `measure(**settings(quick))`, the figures `links_time`
+    and (where the testbed counted bytes) `links_bytes`, the table as `links.csv`, and the
+    results rows (`result_rows`)."""
+    from pathlib import Path
+
+    from ..plots import links as lplots
+    from ..plots import save
+
+    run = settings(quick)
+    table = measure(**run)
+    figures_dir = Path(figures_dir)
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    table.to_csv(figures_dir / "links.csv", index=False)
+    save(lplots.time_chart(table), "links_time", figures_dir)
+    emulated = bool(table.tx_per_host.notna().any())
+    if emulated:
+        save(lplots.bytes_chart(table), "links_bytes", figures_dir)
+    return result_rows(table, describe(**run, emulated=emulated))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m diloco_lite.distributed.measure",
                                      description=__doc__.split("\n\n")[0])

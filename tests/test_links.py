@@ -1,0 +1,60 @@
+"""The `links` job's bookkeeping (issue 17): results rows and figures from a measured table,
+checked by hand on a table written here (the measurement itself runs in test_testbed.py)."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from diloco_lite import plots
+from diloco_lite.distributed import measure
+from diloco_lite.experiments import published
+from diloco_lite.plots import links as lplots
+
+
+def table(tx=True):
+    nan = math.nan
+    return pd.DataFrame([
+        # rate, method, measured and simulated s per step, model and measured bytes per host
+        dict(gbit_per_s=0.01, method="ddp", wall_s_per_step=0.8, sim_s_per_step=0.5,
+             wire_model=1e6, tx_per_host=1.1e6 if tx else nan),
+        dict(gbit_per_s=0.01, method="diloco", wall_s_per_step=0.1, sim_s_per_step=0.08,
+             wire_model=3e5, tx_per_host=3.3e5 if tx else nan),
+        dict(gbit_per_s=1.0, method="ddp", wall_s_per_step=0.05, sim_s_per_step=0.04,
+             wire_model=1e6, tx_per_host=1.2e6 if tx else nan),
+        dict(gbit_per_s=1.0, method="diloco", wall_s_per_step=0.03, sim_s_per_step=0.03,
+             wire_model=3e5, tx_per_host=3e5 if tx else nan),
+    ]).assign(ratio=lambda d: d.wall_s_per_step / d.sim_s_per_step,
+              tx_over_model=lambda d: d.tx_per_host / d.wire_model)
+
+
+def test_result_rows_by_hand():
+    rows = {(r["method"], r["metric"]): r for r in measure.result_rows(table(), "cfg")}
+    assert rows["ddp", "measured / simulated s per step @10 Mbit/s"]["value"] == pytest.approx(1.6)
+    assert rows["diloco", "measured / simulated s per step @1000 Mbit/s"]["value"] == 1.0
+    assert rows["ddp", "bytes on the wire / booked x collective factor @1000 Mbit/s"][
+        "value"] == pytest.approx(1.2)
+    # at the slowest link only: 0.8 / 0.1 measured, 0.5 / 0.08 simulated
+    speed = rows["diloco", "wall-clock speed-up over DDP, measured @10 Mbit/s"]
+    assert speed["value"] == pytest.approx(8.0) and speed["published"] == 20.0
+    assert rows["diloco", "wall-clock speed-up over DDP, simulated @10 Mbit/s"][
+        "value"] == pytest.approx(6.25)
+    assert len(rows) == 4 + 4 + 2 and all(r["experiment"] == "links" for r in rows.values())
+    assert "classroom scale" in published.note(speed)
+    # no testbed (loopback): times only, no bytes rows
+    metrics = [r["metric"] for r in measure.result_rows(table(tx=False), "cfg")]
+    assert not any("bytes" in m for m in metrics) and len(metrics) == 4 + 2
+
+
+def test_the_figures_render(tmp_path):
+    plots.save(lplots.time_chart(table()), "links_time", tmp_path)
+    plots.save(lplots.bytes_chart(table()), "links_bytes", tmp_path)
+    assert (tmp_path / "links_time.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "links_bytes.png").stat().st_size > 1000
+
+
+def test_settings_quick_is_small_and_full_is_the_issues_measurement():
+    assert measure.settings(False) == dict(hosts=4, rates=(0.01, 0.1, 1.0), steps=40,
+                                           inner_steps=10)
+    quick = measure.settings(True)
+    assert quick["hosts"] == 2 and len(quick["rates"]) == 1 and quick["steps"] <= 12
