@@ -18,7 +18,8 @@ without decoding) `gather_factor(M)` = M−1 payloads per worker and M−1 hops;
 `latency_s` (`exchange_cost`). tests/test_testbed.py measures both factors on real links.
 
 The rest of the package turns a config into a *plan* on this clock (`schedule`: the one
-schedule of sends and arrivals; `lockstep`: DDP, DiLoCo, Streaming; `syncer`: Decoupled).
+schedule of sends and arrivals; `lockstep`: DDP, DiLoCo, Streaming; `syncer`: Decoupled, whose
+decisions are the state machine of `syncer_state`, which a real runtime can drive too).
 """
 
 from __future__ import annotations
