@@ -33,19 +33,19 @@ gloo's payloads plus TCP/IP/Ethernet headers (66 bytes per segment of ≤ 1448 p
 +4.6%), the ACKs of what it received, and the coordination service's gRPC (start-up,
 heartbeats, barriers). Traffic between devices of the same host stays on its loopback.
 
-Which collective gloo runs (XLA's `GlooCommunicator`, jaxlib ≥ 0.4.3x): the all-reduce is
-gloo's RING algorithm (a reduce-scatter then an all-gather around the ring: each rank sends
-2(R−1)/R of the buffer to its right neighbour), the all-gather gloo's ring `allgather` (each
-rank forwards R−1 payloads of one rank, in two halves), and XLA's CPU `AllReduceThunk` calls
-it once per operand: every tensor would be its own ring, 2(R−1) sequential hops, one or more TCP
-messages each. So the library hands gloo one buffer per collective (DDP ravels its gradient,
-the learners pack a fragment's payloads with `wire.to_bytes`): one ring per sync. The ring runs over the ranks of the
-XLA replica group, in device order, so the devices of one host are neighbours: each host's
-`eth0` carries what *one* rank sends to the next host. With one device per host (R = M hosts)
-the per-host bytes on the wire are, per sync: DDP 2(M−1)/M × the gradient (booked: one gradient
-per worker), the DiLoCo family's all-gather (M−1)/M × M payloads = (M−1) payloads (booked: one
-payload per worker); with D devices per host the booked bytes are D times larger, the bytes
-on the wire the same.
+Which collective gloo runs (XLA's `GlooCommunicator`, jaxlib ≥ 0.4.3x): the all-reduce is gloo's
+RING algorithm (a reduce-scatter then an all-gather around the ring: each rank sends 2(R−1)/R of
+the buffer to its right neighbour), the all-gather gloo's ring `allgather` (each rank forwards
+R−1 payloads of one rank, in two halves), and XLA's CPU `AllReduceThunk` calls it once per
+operand: every tensor would be its own ring, 2(R−1) sequential hops, one or more TCP messages
+each. So the library hands gloo one buffer per collective (DDP ravels its gradient, the learners
+pack a fragment's payloads with `wire.to_bytes`): one ring per sync. The ring runs over the
+ranks of the XLA replica group, in device order, so the devices of one host are neighbours: each
+host's `eth0` carries what *one* rank sends to the next host. With one device per host (R = M
+hosts) the per-host bytes on the wire are, per sync: DDP 2(M−1)/M × the gradient (booked: one
+gradient per worker), the DiLoCo family's all-gather (M−1)/M × M payloads = (M−1) payloads
+(booked: one payload per worker); with D devices per host the booked bytes are D times larger,
+the bytes on the wire the same.
 """
 
 from __future__ import annotations
