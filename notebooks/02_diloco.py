@@ -474,7 +474,7 @@ session.show("warm_start", warm_runs)
 # **What the full run says** (`make reproduce`, seed 0; test plays). From scratch, DiLoCo
 # (M = 8, H = 50, outer lr 1.0) ends 4.5 points below DDP (44.1% against 48.6%); after the
 # shared 600-step pre-training it ends 1.6 points below (47.8% against 49.3%), a perplexity
-# ratio of 1.05 where the DiLoCo paper reports 0.98. Decoupled DiLoCo closes to 0.8 points,
+# ratio of 1.05 where the DiLoCo paper reports 0.98. Decoupled DiLoCo closes to 1.0 point,
 # Streaming DiLoCo to 2.5. Most of the from-scratch gap is the early phase: averaging the
 # deltas of eight workers that each see 4 sequences per step costs most while the model is far
 # from any good solution, and once a DDP phase has brought it near one, 48 outer steps nearly

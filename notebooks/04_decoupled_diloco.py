@@ -400,7 +400,7 @@ session.show("quality", quality_runs)
 #   with about half a point of that); against DDP it is 3.2 points short. The goal of DiLoCo
 #   within 1 point of DDP is not met from scratch (4.5 points);
 # - why, with the evidence (notebook 02, section 10): a warm start brings DiLoCo to 1.6 points
-#   and Decoupled DiLoCo to 0.8; the scaling-law sweep shows the gap growing with the number of
+#   and Decoupled DiLoCo to 1.0; the scaling-law sweep shows the gap growing with the number of
 #   workers at a fixed global batch (8 workers × 4 sequences here), as the scaling-law paper
 #   finds for its smallest models.
 

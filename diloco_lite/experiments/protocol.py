@@ -5,7 +5,7 @@ the papers take ~128 after a warm start. The protocol runs take the **same 4.9M 
 those groups in **2,400 steps of 32 sequences** (8 workers × 4 × 64 characters): at the
 reference H = 50 that is **48 outer steps**, at a quarter of the per-step cost, so that three
 seeds of every method fit in `make reproduce` (52 min in all on 2 cores, measured). A smaller
-batch is not a weaker comparison here: at equal tokens it trains DDP better too (DDP: 43.0% at
+batch is not a weaker comparison here: at equal tokens it trains DDP better too (DDP: 43.1% at
 128 sequences, ~48% at 32), and the batch-size finding below compares the two batches.
 
 Hyperparameters are chosen on the **tune plays** and every table reports the **test plays**
