@@ -6,9 +6,14 @@ links, wall-clock and bytes on the wire beside what the simulated clock and the 
 
 Each host is one process of one device (M = `hosts` workers, the default model). First one
 DiLoCo run on unthrottled links (H = `steps`/2: the second half is all compute) measures the
-compute time of a step, t. Then, at each link rate, DDP and DiLoCo (H = `inner_steps`) run with
-`Cluster(step_time_s=t, link=Link(rate))` in their config, so that the history's `sim_time_s`
-is the simulated clock's prediction for that very run. Per run:
+compute time of a step, t. A DDP run on the same unthrottled links then measures the fixed
+cost of an exchange, spread over its ring hops: h = (its time per step − t) / 2(M−1) (gloo's
+message round trips between processes that share two cores, and the host round trip that each
+synchronous step takes: milliseconds that no link rate removes); the clock charges h as the
+link's latency per hop (`clock.exchange_cost`). Then, at
+each link rate, DDP and DiLoCo (H = `inner_steps`) run with `Cluster(step_time_s=t,
+link=Link(rate, latency_s + h))` in their config, so that the history's `sim_time_s` is the
+simulated clock's prediction for that very run. Per run:
 
 - `wall_s_per_step`: measured, over the second half of the run (compilation is in the first);
 - `sim_s_per_step`: the simulated clock over the same steps; `ratio` = measured / simulated;
@@ -61,9 +66,13 @@ def measure(hosts: int = 4, rates=(0.01, 0.1, 1.0), steps: int = 40, inner_steps
     if reason:
         print(f"measure: {reason}: times only, on loopback", file=sys.stderr)
     t_step = _second_half(probe.history, "wall_time_s")
+    hops = exchange_cost(hosts, gather=False)[1]
+    ddp, _, _ = _run(dataclasses.replace(base, algorithm=DDP()), hosts, None)
+    hop_s = max(0.0, _second_half(ddp.history, "wall_time_s") - t_step) / max(hops, 1)
     rows = []
     for rate in rates:
-        cluster = Cluster(step_time_s=t_step, link=Link(gbit_per_s=rate, latency_s=latency_s))
+        cluster = Cluster(step_time_s=t_step,
+                          link=Link(gbit_per_s=rate, latency_s=latency_s + hop_s))
         for algo in (DDP(), DiLoCo(inner_steps=inner_steps)):
             factor, _ = exchange_cost(hosts, gather=not isinstance(algo, DDP))
             config = dataclasses.replace(base, algorithm=algo, cluster=cluster)
@@ -74,6 +83,7 @@ def measure(hosts: int = 4, rates=(0.01, 0.1, 1.0), steps: int = 40, inner_steps
             tx = float(np.mean([s["tx_bytes"] for s in sent])) if sent else np.nan
             retrans = int(sum(s["retrans_segs"] for s in sent)) if sent else -1
             rows.append({"gbit_per_s": rate, "method": algo.name, "step_time_s": t_step,
+                         "hop_s": hop_s,
                          "wall_s_per_step": wall, "sim_s_per_step": sim, "ratio": wall / sim,
                          "wall_s_run": float(h.iloc[-1].wall_time_s),
                          "sim_s_run": float(h.iloc[-1].sim_time_s),
