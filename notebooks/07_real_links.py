@@ -210,6 +210,12 @@ print(f"at {slow.gbit_per_s.iloc[0] * 1e3:g} Mbit/s: DiLoCo H={run['inner_steps'
 # on four processes of one machine instead of four datacenters. The speed-up grows with H and
 # with the ratio of link time to compute time.
 #
+# ## Exercises
+#
+# The bytes of one all-gather and the time the clock charges for it, by hand, with checks:
+# `notebooks/exercises/07_real_links.ipynb`
+# ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/07_real_links.ipynb)).
+#
 # ## Try it
 #
 # - From a terminal (as root): `python -m diloco_lite launch --processes 4

