@@ -5,11 +5,20 @@ DiLoCo inner step / a DDP step of the same per-worker batch (≤ 1.05); Decouple
 per learner-step, every learner up and equally fast, events included / a DiLoCo inner step
 (≤ 1.25); tokens/s and model FLOP/s against this machine's measured matmul peak; the cost of
 one DiLoCo sync; a run's fixed cost (a first run, and a second that reuses its compiled
-steps); the bandwidth sweep's time. Timings alternate A/B over several rounds and
+steps); the bandwidth sweep's time; where a device's step spends its time (`profile`: each
+matmul class against the peak, and everything else). Timings alternate A/B over several rounds and
 report medians (machines here are noisy). `--stress` runs several trainings at once (`stress`).
 Last, end to end (`end_to_end_layouts`): the steady tokens/s (and whole-run seconds) of DDP,
 DiLoCo H=50 and Decoupled DiLoCo H=50 runs as `train()` runs them, on 8 and on 2 emulated
 devices, each layout in its own process.
+
+Model FLOP/s, measured (issue 16.8; 2026-12-05, shared 2-core machine, noisy): 27-29% of the
+measured matmul peak, and 40% is not reachable here. `profile.flops_profile` times each matmul
+class of a device's share of the step: all of them together run at 35-46% of the peak (attention's
+per-head 64 × 16 matmuls at 16-18%, the linear layers' weight gradients at a third of their
+forward's speed), which alone caps the step at 36-48%; softmax, layer norm, gelu, cross-entropy,
+their backward and AdamW take 23-44% of the step. On an accelerator the `chip peak` line and the
+same table report against that chip; `profile`'s docstring has the details.
 
 The layouts, measured (DiLoCo H=50, M=8, per 100 steps without evaluation, quiet machine): 2
 devices 6.78 s, 8 devices 7.05-7.13 s, so the 2-device layout was not slower in steady state
@@ -258,6 +267,7 @@ def bench(config=None) -> dict:
     from .algorithms.learners import inner_fn
     from .config import DecoupledDiLoCo, DiLoCo, RunConfig
     from .model import count_params, model_flops_per_token
+    from .profile import flops_profile
     from .systems import bandwidth
     from .training import setup
 
@@ -284,6 +294,7 @@ def bench(config=None) -> dict:
     out.update(ddp_step_s=t_lib, hand_step_s=t_hand, ddp_vs_hand=ratio,
                tokens_per_s=tokens / t_lib, model_flops_per_s=flops / t_lib,
                matmul_peak_flops_per_s=peak, mfu=flops / t_lib / peak)
+    out.update(profile=flops_profile(config))  # where a device's share of that step goes
 
     # 2. DiLoCo's inner step (inside an H-step scan, every mask on) against a DDP step.
     h, steps = 10, 40
@@ -332,6 +343,8 @@ def bench(config=None) -> dict:
 
 
 def _report(o: dict) -> None:
+    from .profile import profile_table
+
     print(f"diloco_lite bench — {o['workers']} workers on {o['devices']} × {o['device_kind']}\n")
     print(f"DDP step         library {o['ddp_step_s'] * 1e3:8.2f} ms   hand-written "
           f"{o['hand_step_s'] * 1e3:8.2f} ms   ratio {o['ddp_vs_hand']:.3f}  (target <= 1.05)")
@@ -339,6 +352,7 @@ def _report(o: dict) -> None:
           f"{o['model_flops_per_s'] / 1e9:.2f} GFLOP/s model = {o['mfu']:.1%} of the measured "
           f"matmul peak ({o['matmul_peak_flops_per_s'] / 1e9:.1f} GFLOP/s)")
     print(chip_line(o["device_kind"], o["devices"], o["model_flops_per_s"]))
+    print(profile_table(o["profile"]))
     print(f"DiLoCo inner     {o['diloco_inner_step_s'] * 1e3:8.2f} ms/step   ratio to a DDP step "
           f"{o['diloco_inner_vs_ddp']:.3f}  (target <= 1.05)")
     print(f"whole plans      per step of all learners, events included, / a DiLoCo inner step: "
