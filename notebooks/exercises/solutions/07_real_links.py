@@ -11,7 +11,6 @@
 #     name: python3
 # ---
 
-
 # %% [markdown]
 # # 07 · Exercises: what a sync puts on a ring (solutions)
 #
