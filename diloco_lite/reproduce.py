@@ -47,7 +47,7 @@ def runs_dir(quick: bool) -> Path:
 # What a training run's numbers depend on: every module but the figures, the reports, the
 # simulators and the commands. A change to any of them makes every cached run stale.
 NOT_TRAINING = ("plots", "systems", "exercises", "experiments", "reproduce.py", "bench.py",
-                "notebook_sync.py", "paths.py", "__main__.py", "distributed")
+                "profile.py", "notebook_sync.py", "paths.py", "__main__.py", "distributed")
 
 
 @functools.cache
