@@ -50,6 +50,8 @@ import time
 
 import numpy as np
 
+from .profile import seconds_per_call
+
 ROUNDS, STEPS = 5, 10
 
 # Published dense peak FLOP/s of one JAX device, (bf16, f32), for the chips Colab and the
@@ -81,11 +83,7 @@ def chip_peaks(device_kind: str) -> tuple[float | None, float | None] | None:
 
 def _time(fn, steps: int = STEPS) -> float:
     """Seconds per call of `fn()` (which must block until its result is ready)."""
-    fn()  # compile / warm up
-    start = time.perf_counter()
-    for _ in range(steps):
-        fn()
-    return (time.perf_counter() - start) / steps
+    return seconds_per_call(fn, steps)
 
 
 def _paired(a, b, rounds: int = ROUNDS, steps: int = STEPS) -> tuple[float, float, float]:

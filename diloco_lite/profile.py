@@ -55,11 +55,22 @@ from __future__ import annotations
 
 import re
 import statistics
+import time
 
 import numpy as np
 
 NON_MATMUL = "softmax, layer norm, gelu, cross-entropy, their backward, the optimizer update"
 
+
+
+def seconds_per_call(fn, steps: int) -> float:
+    """Seconds per call of `fn()` (which must block until its result is ready), after one
+    call that compiles and warms up."""
+    fn()
+    start = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    return (time.perf_counter() - start) / steps
 
 def einsum_flops(spec: str, shape_a, shape_b) -> int:
     """FLOPs of one two-operand einsum without repeated output indices: 2 × ∏ index sizes."""
@@ -142,7 +153,6 @@ def flops_profile(config=None, rounds: int = 5, steps: int = 10, peak_n: int = 1
     import jax
     import optax
 
-    from .bench import _time
     from .config import RunConfig
     from .model import count_params, model_flops_per_token
     from .training import setup
@@ -171,7 +181,7 @@ def flops_profile(config=None, rounds: int = 5, steps: int = 10, peak_n: int = 1
     times = {key: [] for key in pieces}
     for _ in range(rounds):
         for key, fn in pieces.items():
-            times[key].append(_time(fn, steps))
+            times[key].append(seconds_per_call(fn, steps))
     # each piece as a multiple of the peak matmul of its round (a change of load between rounds
     # cancels), median over the rounds, times the median peak matmul
     unit = statistics.median(times["peak"])
