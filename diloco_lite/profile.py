@@ -62,7 +62,6 @@ import numpy as np
 NON_MATMUL = "softmax, layer norm, gelu, cross-entropy, their backward, the optimizer update"
 
 
-
 def seconds_per_call(fn, steps: int) -> float:
     """Seconds per call of `fn()` (which must block until its result is ready), after one
     call that compiles and warms up."""
@@ -71,6 +70,7 @@ def seconds_per_call(fn, steps: int) -> float:
     for _ in range(steps):
         fn()
     return (time.perf_counter() - start) / steps
+
 
 def einsum_flops(spec: str, shape_a, shape_b) -> int:
     """FLOPs of one two-operand einsum without repeated output indices: 2 × ∏ index sizes."""
