@@ -42,8 +42,9 @@ class RunResult:
         return self.history.iloc[-1]
 
 
-def setup(config: RunConfig):
-    """Corpus, model (vocab from the corpus), worker mesh and inner optimizer for `config`."""
+def setup(config: RunConfig, workers: int | None = None):
+    """Corpus, model (vocab from the corpus), worker mesh and inner optimizer for `config`
+    (the mesh of `workers` workers when given: one learner of the actor runtime has its own)."""
     from .data import load_corpus
     from .devices import worker_mesh
     from .model import build_model
@@ -55,7 +56,7 @@ def setup(config: RunConfig):
         model_cfg = dataclasses.replace(model_cfg, vocab_size=corpus.vocab_size)
     check(model_cfg.vocab_size >= corpus.vocab_size, "ModelConfig.vocab_size",
           model_cfg.vocab_size, f">= the corpus vocabulary ({corpus.vocab_size})")
-    return corpus, build_model(model_cfg), worker_mesh(config.workers), \
+    return corpus, build_model(model_cfg), worker_mesh(workers or config.workers), \
         resolve_inner_optimizer(config)
 
 
@@ -108,13 +109,15 @@ def eval_points(config: RunConfig) -> list[int]:
     return sorted({*range(every, config.steps, every), config.steps})
 
 
-def train(config: RunConfig, *, progress: bool = True, init_params=None) -> RunResult:
+def train(config: RunConfig, *, progress: bool = True, init_params=None, plan=None) -> RunResult:
     """Run `config` and return its history and final parameters (deterministic given seed).
 
     The clock and schedule are planned first (`clock.plan.make_plan`); the loop then runs the
     plan's blocks on the device and writes a history row at every evaluation point. A run with
     a `warm_start` starts from that run's final parameters: `init_params` when given (the run
-    cache passes them, `reproduce.params_cached`), else the warm start is trained first."""
+    cache passes them, `reproduce.params_cached`), else the warm start is trained first.
+    `plan`: replay this plan instead of the simulated clock's (e.g. `RunResult.plan` of a run
+    on real actors, `diloco_lite.actors`: what really happened, on the emulated mesh)."""
     import jax
 
     from .algorithms import make_driver
@@ -135,9 +138,10 @@ def train(config: RunConfig, *, progress: bool = True, init_params=None) -> RunR
     else:
         check(init_params is None, "init_params", "given", "None for a run without warm_start")
     driver = make_driver(config, model, mesh, optimizer, params)
-    plan = make_plan(config, up_nbytes=driver.up_nbytes, down_nbytes=driver.down_nbytes,
-                     sizes=driver.sizes, rejoin_nbytes=driver.rejoin_nbytes,
-                     eval_at=eval_points(config))
+    if plan is None:
+        plan = make_plan(config, up_nbytes=driver.up_nbytes, down_nbytes=driver.down_nbytes,
+                         sizes=driver.sizes, rejoin_nbytes=driver.rejoin_nbytes,
+                         eval_at=eval_points(config))
     state = driver.init(params)
     evaluate = make_evaluator(model, corpus, config)
     n_params = count_params(params)

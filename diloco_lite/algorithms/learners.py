@@ -103,19 +103,30 @@ def close_fn(mesh, outer_optimizer, up: WireFormat, down: WireFormat):
     @functools.partial(jax.jit, static_argnames=("mean_leaves", "rda", "flush"))
     def close(global_p, outer_p, sent_p, weights_M, mean_leaves, rda, flush):
         sent_M = gather(sent_p)  # the sync's one collective
-        deltas_M = [jax.vmap(lambda s, g=g: up.decode(s, g.shape))(s_M)
-                    for g, s_M in zip(global_p, sent_M, strict=True)]
-        # end of run: the plain (weighted) average of the learners, no momentum, never RDA
-        merged = merge(deltas_M, weights_M, mean_leaves if rda and not flush else None)
-        if flush:
-            new = [g - d for g, d in zip(global_p, merged, strict=True)]
-        else:
-            new, outer_p = outer_step(outer_optimizer, global_p, outer_p, merged)
-        if down.bits < 32:  # the reply travels as a b-bit update; everyone applies the same one
-            new = [g + down.round_trip(n - g) for g, n in zip(global_p, new, strict=True)]
-        return new, outer_p, diagnostics(deltas_M, weights_M, merged)
+        return merge_step(outer_optimizer, up, down, global_p, outer_p, sent_M, weights_M,
+                          mean_leaves, rda, flush)
 
     return close
+
+
+def merge_step(outer_optimizer, up: WireFormat, down: WireFormat, global_p, outer_p, sent_M,
+               weights_M, mean_leaves, rda: bool, flush: bool):
+    """The syncer's work on one fragment, once every payload is in (`sent_M`, stacked [M, ...]):
+    decode, merge with the weights, take the outer step (none for the flush), round the reply
+    to `down` bits. Returns (global_p, outer_p, diagnostics). The lock-step `close` runs it after
+    its all-gather; the actor runtime's syncer (`diloco_lite.actors`) runs it on the payloads it
+    received."""
+    deltas_M = [jax.vmap(lambda s, g=g: up.decode(s, g.shape))(s_M)
+                for g, s_M in zip(global_p, sent_M, strict=True)]
+    # end of run: the plain (weighted) average of the learners, no momentum, never RDA
+    merged = merge(deltas_M, weights_M, mean_leaves if rda and not flush else None)
+    if flush:
+        new = [g - d for g, d in zip(global_p, merged, strict=True)]
+    else:
+        new, outer_p = outer_step(outer_optimizer, global_p, outer_p, merged)
+    if down.bits < 32:  # the reply travels as a b-bit update; everyone applies the same one
+        new = [g + down.round_trip(n - g) for g, n in zip(global_p, new, strict=True)]
+    return new, outer_p, diagnostics(deltas_M, weights_M, merged)
 
 
 def merge(deltas_M: list, weights_M: jax.Array, mean_leaves: tuple | None) -> list:
@@ -171,7 +182,7 @@ def _reload(local, base, global_params, mask_M):
 class LearnersDriver:
     """Runs a plan's blocks for DiLoCo, StreamingDiLoCo or DecoupledDiLoCo on `mesh`."""
 
-    def __init__(self, config, model, mesh, optimizer, params):
+    def __init__(self, config, model, mesh, optimizer, params, donate: bool = True):
         algo = config.algorithm
         self.mesh, self.optimizer = mesh, optimizer
         self.alpha = float(getattr(algo, "mix", 0.0))
@@ -191,9 +202,9 @@ class LearnersDriver:
         state_bytes = sum(x.size * x.dtype.itemsize
                           for x in jax.tree.leaves(jax.eval_shape(optimizer.init, params)))
         self.rejoin_nbytes = 4 * sum(self.sizes) + state_bytes  # Θ (fp32) + a peer's state
-        self.up = up
+        self.up, self.down = up, down
         self.outer_optimizer = resolve_outer_optimizer(algo)
-        self.inner = inner_fn(model, mesh, optimizer)
+        self.inner = inner_fn(model, mesh, optimizer, donate)
         self.send = send_fn(mesh, up)
         self.close = close_fn(mesh, self.outer_optimizer, up, down)
 

@@ -1,0 +1,114 @@
+"""One learner of Decoupled DiLoCo as its own program: its state, on its own device.
+
+`LearnerProgram` holds one learner's θ, inner optimizer state and base (the global value it
+last took), as the lock-step driver's state for M = 1 (`algorithms.learners.LearnersDriver` on a
+one-learner mesh): the same compiled inner step, the same wire format, the same mix rule. It has
+no clock and no schedule; the runtime (`actors.runtime`) tells it what to do at each of its step
+boundaries, as the syncer replies (`actors.syncer`). Nothing here imports Ray.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from ..algorithms.learners import LearnersDriver, arrive
+from ..outer import put_leaves, take_leaves
+from ..training import setup
+
+
+class LearnerProgram:
+    """Learner `m` of `config` (M = config.workers learners in all), from `params`."""
+
+    def __init__(self, config, m: int, params):
+        self.config, self.m = config, m
+        self.corpus, model, mesh, optimizer = setup(config, workers=1)
+        self.optimizer = optimizer
+        # not donated: a step the budget does not count is undone (`undo`)
+        self.driver = LearnersDriver(config, model, mesh, optimizer, params, donate=False)
+        self.state = self.driver.init(params)
+        self._before = None
+        self._on = self.driver.mesh.put(np.ones(1, bool), "workers")
+
+    def warm_up(self) -> None:
+        """Compile the step, the answer and the mix before the clock starts (a step with its
+        mask off changes nothing; the answer and the mix are computed and thrown away)."""
+        batch, mask = self._batch(0, on=False)
+        jax.block_until_ready(self.driver.inner(self.state["local"], self.state["inner"], batch,
+                                                mask))
+        for p, idx in enumerate(self.driver.frags):
+            self._send(p)
+            jax.block_until_ready(arrive(take_leaves(self.state["local"], idx),
+                                         take_leaves(self.state["base"], idx),
+                                         take_leaves(self.state["global"], idx), self._on,
+                                         float(self.driver.alpha)))
+
+    # ---- what a step boundary asks of it -------------------------------------------------------
+    def step(self, k: int) -> float:
+        """Its own step k (data index k, as on the simulated clock); returns the loss."""
+        batch, mask = self._batch(k)
+        self._before = (self.state["local"], self.state["inner"])
+        self.state["local"], self.state["inner"], loss = self.driver.inner(
+            self.state["local"], self.state["inner"], batch, mask)
+        return float(np.asarray(loss).reshape(-1)[0])
+
+    def undo(self) -> None:
+        """Take back the last step (it finished after the run's budget was spent)."""
+        self.state["local"], self.state["inner"] = self._before
+
+    def answer(self, p: int) -> np.ndarray:
+        """Δ = base − θ of fragment p through the wire format, as the bytes that travel."""
+        return host_bytes(self._send(p))
+
+    def apply(self, p: int, theta_p: list) -> None:
+        """Take the published fragment p: θ ← α·θ + (1−α)·Θ_p, base ← Θ_p."""
+        idx = self.driver.frags[p]
+        self.state["global"] = put_leaves(self.state["global"], idx, list(theta_p))
+        local, base = arrive(take_leaves(self.state["local"], idx),
+                             take_leaves(self.state["base"], idx),
+                             take_leaves(self.state["global"], idx), self._on,
+                             float(self.driver.alpha))
+        self.state["local"] = put_leaves(self.state["local"], idx, local)
+        self.state["base"] = put_leaves(self.state["base"], idx, base)
+
+    def inner_state(self):
+        """Its inner optimizer state, on the host (a returning peer loads it)."""
+        return jax.tree.map(lambda x: np.asarray(x)[0], jax.device_get(self.state["inner"]))
+
+    def reload(self, global_leaves: list, inner_state) -> None:
+        """Back from a failure: θ = base = Θ, and a healthy peer's inner optimizer state (None:
+        a fresh one, when no peer was up)."""
+        put = self.driver.mesh.put
+        treedef = jax.tree.structure(self.state["global"])
+        theta = jax.tree.unflatten(treedef, [np.asarray(x) for x in global_leaves])
+        stacked = jax.tree.map(lambda x: np.asarray(x)[None], theta)
+        self.state["global"] = put(theta)
+        self.state["local"] = put(stacked, "workers")
+        self.state["base"] = put(stacked, "workers")
+        if inner_state is None:
+            inner_state = jax.device_get(jax.jit(self.optimizer.init)(theta))
+        self.state["inner"] = put(jax.tree.map(lambda x: np.asarray(x)[None], inner_state),
+                                  "workers")
+
+    # ---- helpers --------------------------------------------------------------------------------
+    def _send(self, p: int):
+        idx = self.driver.frags[p]
+        sent = list(self.state["sent"])
+        sent[p] = self.driver.send(take_leaves(self.state["local"], idx),
+                                   take_leaves(self.state["base"], idx), sent[p], self._on)
+        self.state["sent"] = sent
+        return sent[p]
+
+    def _batch(self, k: int, on: bool = True):
+        c = self.config
+        rows = self.corpus.batch(c.data_offset + k, seed=c.seed, workers=c.workers,
+                                 batch_size=c.batch_size, seq_len=c.seq_len, split=c.split,
+                                 rows=[self.m])
+        return self.driver.mesh.put((rows[:, None], np.full((1, 1), on)), "workers")
+
+
+
+def host_bytes(payload) -> np.ndarray:
+    """One learner's payload (leaves [1, ...]) as `wire.to_bytes` lays it out, on the host."""
+    return np.concatenate([np.ascontiguousarray(x).view(np.uint8).reshape(-1)
+                           for x in jax.tree.leaves(jax.device_get(payload))])

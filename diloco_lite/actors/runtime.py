@@ -1,0 +1,335 @@
+"""Decoupled DiLoCo on Ray actors: each learner its own process, a syncer actor, real failures.
+
+    from diloco_lite.actors import train_actors
+    result = train_actors(config)          # config.algorithm: a DecoupledDiLoCo
+
+- Each learner is an actor (its own OS process, one CPU device here) running `LearnerProgram`
+  at its own pace: its steps are padded to the `Cluster`'s step times (`Timeline.duration`),
+  so the same `Cluster` runs on both clocks. At each step boundary it makes one short call to
+  the syncer, which replies what to do (`actors.syncer`); it never waits for a merge.
+- The syncer is an actor holding Θ, the outer optimizer states and `SyncerRuntime`, with two
+  threads of its own: the timers (asks, grace deadlines) and the merges. Answers travel as the
+  wire format's bytes through Ray's object store.
+- Failures are real: at the start of each of the `Cluster`'s failure windows, the learner's
+  process gets SIGKILL. Ray restarts the actor (a new process: JAX, the model, the compiled
+  programs from the on-disk cache); the driver tells the syncer when the death is detected,
+  and the new process waits out the window, then reloads Θ and a healthy peer's inner optimizer
+  state at that peer's next step boundary. A learner killed by anything else is handled the
+  same way. If the syncer dies, the run stops with a message: Θ lived there (no checkpoint).
+- The run writes the history columns of `train` (`sim_time_s` holds the real seconds since the
+  start), and `RunResult.plan` holds what really happened as a plan, which
+  `training.train(config, plan=result.plan)` replays on the emulated mesh.
+
+Ray is an optional extra (`pip install "diloco_lite[cluster]"`); only this module imports it.
+Every actor and the local Ray instance this call started are gone when it returns, fails or
+is interrupted.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+import time
+import warnings
+
+import numpy as np
+
+from ..config import DecoupledDiLoCo, check
+
+POLL_S = 0.02  # how often the driver looks at the actors
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("the actor runtime needs Ray: pip install 'diloco_lite[cluster]' "
+                          "(or pip install ray)") from None
+    return ray
+
+
+@functools.cache
+def _actor_classes():
+    ray = _ray()
+
+    def _process(cache_dir):
+        from ..devices import emulate_devices, enable_compilation_cache
+
+        emulate_devices(1)
+        enable_compilation_cache(cache_dir)
+
+    @ray.remote(max_concurrency=2)
+    class Learner:
+        def __init__(self, config, m, params, cache_dir):
+            _process(cache_dir)
+            from ..clock import Timeline
+            from .learner import LearnerProgram
+
+            self.m, self.timeline = m, Timeline(config.cluster, config.workers)
+            self.program = LearnerProgram(config, m, params)
+            self.program.warm_up()
+
+        def pid(self):
+            return os.getpid()
+
+        def run(self, syncer, t0, back_at=None):
+            prog, m = self.program, self.m
+            k, T = 0, 0.0
+            if back_at is not None:  # a new process after a failure: wait out the window
+                time.sleep(max(0.0, t0 + back_at - time.time()))
+                got = ray.get(syncer.rejoin.remote(m))
+                if got is None:
+                    return "ended"
+                leaves, inner, k, T = got
+                prog.reload(leaves, inner)
+            while True:
+                loss = prog.step(k)
+                T = max(T + self.timeline.duration(m, k), time.time() - t0)
+                time.sleep(max(0.0, t0 + T - time.time()))
+                reply = ray.get(syncer.boundary.remote(m, T, loss))
+                if reply.stop:
+                    prog.undo()
+                    return "done"
+                for p, sync in reply.answer:
+                    syncer.answered.remote(m, p, sync, prog.answer(p), T)
+                for p, theta in reply.apply:
+                    prog.apply(p, theta)
+                if reply.upload:
+                    ray.get(syncer.peer_state.remote(m, prog.inner_state()))
+                k += 1
+
+        def flush_payload(self, p):
+            return self.program.answer(p)
+
+    @ray.remote(max_concurrency=64)
+    class Syncer:
+        def __init__(self, config, params, hold_s, cache_dir):
+            _process(cache_dir)
+            from .syncer import SyncerRuntime
+
+            self.rt, self.lock = SyncerRuntime(config, params, hold_s), threading.Lock()
+            self.t0, self.idle, self.error = None, threading.Event(), None
+
+        def start(self, t0):
+            self.t0 = t0
+            with self.lock:
+                self.rt.start()
+            threading.Thread(target=self._loop, daemon=True).start()
+
+        def _now(self):
+            return time.time() - self.t0 if self.t0 is not None else 0.0
+
+        def _loop(self):  # the timers and the merges
+            try:
+                while True:
+                    with self.lock:
+                        self.rt.advance(self._now() - self.rt.hold)
+                        job = self.rt.next_merge()
+                        self.idle.clear() if job else self.idle.set()
+                    if job is None:
+                        time.sleep(0.002)
+                        continue
+                    result = self.rt.merge(job)
+                    with self.lock:
+                        self.rt.publish(job, result, self._now())
+            except Exception as e:  # noqa: BLE001 - reported by status()
+                self.error = repr(e)
+                self.idle.set()
+
+        def boundary(self, m, T, loss):
+            with self.lock:
+                return self.rt.boundary(m, T, loss)
+
+        def answered(self, m, p, sync, payload, sent_at):
+            with self.lock:
+                self.rt.answered(m, p, sync, payload, sent_at, self._now())
+
+        def failed(self, m):
+            with self.lock:
+                self.rt.failed(m, self._now())
+
+        def rejoin(self, m):
+            with self.lock:
+                self.rt.rejoined.pop(m, None)
+                self.rt.rejoin(m, self._now())
+            while True:
+                with self.lock:
+                    if m in self.rt.rejoined:
+                        return self.rt.rejoined.pop(m)
+                    if self.rt.ending is not None:
+                        self.rt.peer_of.pop(m, None)
+                        return None
+                time.sleep(0.002)
+
+        def peer_state(self, q, inner_state):
+            with self.lock:
+                self.rt.peer_state(q, inner_state, self._now())
+
+        def status(self):
+            with self.lock:
+                return {**self.rt.status(), "error": self.error, "now": self._now()}
+
+        def flushes(self):
+            self.idle.wait()
+            with self.lock:
+                return self.rt.flushes()
+
+        def flush(self, job):
+            result = self.rt.merge(job)
+            with self.lock:
+                self.rt.publish(job, result, self._now())
+
+        def result(self):
+            with self.lock:
+                return self.rt.result()
+
+    return Learner, Syncer
+
+
+def train_actors(config, *, init_params=None, progress: bool = True, hold_s: float = 0.01,
+                 stall_s: float = 120.0, start_in_s: float = 0.5):
+    """Run `config` (a Decoupled DiLoCo run) on Ray actors; returns a `RunResult` whose history
+    has `train`'s columns on the wall clock, and whose `plan` is what really happened (module
+    docstring). Starts a local Ray instance unless one is running (`ray.init` first to use a
+    cluster), and stops what it started."""
+    import jax
+
+    from ..model import count_params
+    from ..training import RunResult, make_evaluator, setup
+
+    check(isinstance(config.algorithm, DecoupledDiLoCo), "RunConfig.algorithm",
+          type(config.algorithm).__name__, "a DecoupledDiLoCo (the actor runtime runs "
+          "Decoupled DiLoCo; the lock-step methods run on jax.distributed: diloco_lite.launch)")
+    ray = _ray()
+    corpus, model, _, _ = setup(config, workers=1)
+    params = init_params if init_params is not None else model.init(config.seed)
+    params = jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(params))
+    from ..devices import enable_compilation_cache
+
+    cache_dir = str(enable_compilation_cache())
+    started = not ray.is_initialized()
+    if started:
+        with warnings.catch_warnings():  # Ray starts its processes by fork + exec: harmless
+            warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+            ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=True,
+                     logging_level="ERROR", configure_logging=True)
+    learners, syncer = [], None
+    try:
+        Learner, Syncer = _actor_classes()
+        opts = dict(num_cpus=0, max_restarts=-1, max_task_retries=0)
+        syncer = Syncer.options(num_cpus=0, max_restarts=0).remote(config, params, hold_s,
+                                                                   cache_dir)
+        learners = [Learner.options(**opts).remote(config, m, params, cache_dir)
+                    for m in range(config.workers)]
+        pids = ray.get([a.pid.remote() for a in learners] + [syncer.status.remote()])[:-1]
+        t0 = time.time() + start_in_s
+        ray.get(syncer.start.remote(t0))
+        out = _drive(ray, config, syncer, learners, pids, t0, progress, stall_s)
+    finally:
+        for a in learners + ([syncer] if syncer is not None else []):
+            ray.kill(a, no_restart=True)
+        if started:
+            ray.shutdown()
+    evaluate = make_evaluator(model, corpus, config)
+    from ..training import _history
+
+    rows = [{**r["stats"], **evaluate(jax.tree.unflatten(jax.tree.structure(params),
+                                                         r["params"])),
+             "wall_time_s": r["stats"]["sim_time_s"], "diags": r["diags"]} for r in out["rows"]]
+    plan = out["plan"]
+    history = _history(rows, [_losses(out["losses"], config.workers)], plan)
+    import pandas as pd
+
+    result = RunResult(config=config, history=history, params=out["params"],
+                       n_params=count_params(params),
+                       fragments=pd.DataFrame(plan.fragments).rename_axis("fragment")
+                       .reset_index(), counters=plan.final)
+    result.plan, result.log = plan, out["log"]
+    return result
+
+
+def _drive(ray, config, syncer, learners, pids, t0, progress, stall_s) -> dict:
+    """Watch the learners until the budget is spent: kill them at the `Cluster`'s failure
+    windows, tell the syncer of deaths, restart them; then flush and collect the result."""
+    from ..clock import Timeline
+    from ..training import _progress
+
+    M = config.workers
+    timeline = Timeline(config.cluster, M)
+    window = [0] * M
+    back_at = [None] * M
+    running = {learners[m].run.remote(syncer, t0): m for m in range(M)}
+    last, seen = time.time(), -1
+    with _progress(config, progress) as bar:
+        while True:
+            done, _ = ray.wait(list(running), timeout=POLL_S, num_returns=1)
+            st = _status(ray, syncer)
+            for ref in done:
+                m = running.pop(ref)
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError:  # its process died
+                    ray.get(syncer.failed.remote(m))
+                    if st["ending"] is None:
+                        running[learners[m].run.remote(syncer, t0, back_at[m] or 0.0)] = m
+                except ray.exceptions.RayTaskError as e:
+                    _status(ray, syncer)  # the syncer's death explains it, when it died
+                    raise RuntimeError(f"learner {m} failed: {e}") from None
+            now = time.time() - t0
+            for m in range(M):
+                w = timeline.window(m, window[m])
+                if w is not None and now >= w[0] and st["ending"] is None:
+                    window[m] += 1
+                    back_at[m] = w[1]
+                    if np.isfinite(w[1]):
+                        _kill(ray, learners[m], pids, m)
+            if st["processed"] != seen:
+                seen, last = st["processed"], time.time()
+                bar.update(seen / M - bar.n)
+            elif time.time() - last > stall_s:
+                raise RuntimeError(f"the actor run made no progress for {stall_s:g} s "
+                                   f"(syncer: {st})")
+            if st["ending"] is not None and not st["merging"] and all(
+                    not st["up"][m] or m not in running.values() for m in range(M)):
+                break
+    for job in ray.get(syncer.flushes.remote()):
+        job.payloads = dict(zip(job.weights, ray.get(
+            [learners[m].flush_payload.remote(job.p) for m in job.weights]), strict=True))
+        ray.get(syncer.flush.remote(job))
+    return ray.get(syncer.result.remote())
+
+
+def _kill(ray, actor, pids, m) -> None:
+    """SIGKILL learner m's process (its current one: a restarted actor has a new pid)."""
+    try:
+        pids[m] = ray.get(actor.pid.remote(), timeout=2.0)
+    except Exception:  # noqa: BLE001 - restarting right now: it is down already
+        return
+    try:
+        os.kill(pids[m], signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _status(ray, syncer) -> dict:
+    try:
+        st = ray.get(syncer.status.remote(), timeout=30.0)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+        raise RuntimeError("the syncer actor died or stopped answering: Θ and the outer "
+                           "optimizer state lived there, so the run cannot go on "
+                           f"({type(e).__name__})") from None
+    if st["error"]:
+        raise RuntimeError(f"the syncer failed: {st['error']}")
+    return st
+
+
+def _losses(losses: list, M: int):
+    """The learners' step losses as `training._history` takes them: one [M, n] block."""
+    per = [[x for m2, _, x in losses if m2 == m] for m in range(M)]
+    n = max((len(x) for x in per), default=0)
+    out = np.full((M, max(n, 1)), np.nan)
+    for m, x in enumerate(per):
+        out[m, :len(x)] = x
+    return [out], np.array([len(x) for x in per])

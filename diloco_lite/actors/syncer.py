@@ -1,0 +1,321 @@
+"""Decoupled DiLoCo's syncer on the wall clock: the state machine, driven by real events.
+
+`SyncerRuntime` is the real runtime's twin of `clock.syncer.plan_decoupled`: the same
+`SyncerState` decides (quorum, grace, token weights, failures, the flush), the same learner-side
+rules answer and apply (an ask is answered at the learner's next step boundary, not while its
+merged answer's result is still to be applied; the newest published fragment is applied τ of
+the learner's own steps after the ask, never waited for), and the same `Recorder` books bytes,
+steps and goodput. What differs is where the events come from: real learners, each in its own
+process, call in at every step boundary, and the times are seconds of wall clock since the
+run's start `t0`.
+
+A learner's step boundary is one short call (`boundary`): it reports its step (and the loss)
+stamped with its own clock (its step times padded to `Cluster.step_time_s`), and the reply says
+what to do now: answer these asks (Δ through the wire format, sent back by `answered`), apply
+these published fragments, upload its inner optimizer state for a returning peer, or stop. The
+syncer's own timers (the asks of the schedule, the grace deadlines) fire `hold_s` after their
+time, so that a learner's report stamped earlier and still on its way is handled first: at
+equal times the order is the simulated clock's (an ask reaches a learner that finishes a step
+at that very time). A merge is computed off the lock (`next_merge`/`merge`/`publish`): learners
+keep calling in meanwhile. On loopback a published fragment is picked up by each learner at its
+next boundary: publishing is the end of the merge.
+
+Everything the syncer records also makes a `Plan` (`result()["plan"]`): the real run's events,
+which the lock-step replay (`training.train(config, plan=...)`) turns into the same parameters.
+Nothing here imports Ray; `actors.runtime` calls these methods from Ray's threads, under a lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import heapq
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..algorithms.learners import LearnersDriver, merge_step
+from ..clock import Timeline
+from ..clock.recorder import Recorder
+from ..clock.schedule import Schedule
+from ..clock.syncer_state import Ask, AskAt, Close, SetDeadline, SyncerState, token_weight
+from ..outer import take_leaves
+from ..training import eval_points, setup
+from ..wire import from_bytes
+
+ASK, DEADLINE = 0, 3  # order at equal times (the simulated clock's: asks first)
+
+
+@dataclasses.dataclass
+class Reply:
+    """What a learner does at its step boundary, in this order."""
+
+    stop: bool = False  # the budget is spent: undo the step just taken and stop
+    answer: list = dataclasses.field(default_factory=list)  # [(fragment, sync)]: send Δ
+    apply: list = dataclasses.field(default_factory=list)  # [(fragment, Θ_p leaves)]
+    upload: bool = False  # send the inner optimizer state (a returning peer loads it)
+
+
+@dataclasses.dataclass
+class Merge:
+    p: int
+    weights: dict  # learner -> weight
+    receivers: int
+    wait_s: float
+    payloads: dict  # learner -> bytes
+    flush: bool = False
+
+
+class SyncerRuntime:
+    """The syncer of `config` (Decoupled DiLoCo) from `params` (module docstring)."""
+
+    def __init__(self, config, params, hold_s: float = 0.01):
+        algo = config.algorithm
+        _, model, mesh, optimizer = setup(config, workers=1)
+        d = LearnersDriver(config, model, mesh, optimizer, params)
+        self.frags, self.mean_leaves, self.rda = d.frags, d.mean_leaves, d.rda
+        self.M, self.P, self.steps, self.hold = config.workers, len(d.frags), config.steps, hold_s
+        self.tau = Schedule.of(algo).overlap
+        self.tokens = config.batch_size * config.seq_len
+        self.timeline = Timeline(config.cluster, self.M)
+        self.rec = Recorder(self.timeline, up_nbytes=d.up_nbytes, down_nbytes=d.down_nbytes,
+                            sizes=d.sizes, rejoin_nbytes=d.rejoin_nbytes,
+                            tokens_per_step=self.tokens, mix=d.alpha)
+        self.state = SyncerState(algo, self.M, self.timeline.t_ref)  # loopback: a free link
+        self.treedef = jax.tree.structure(params)
+        self.global_ = [jnp.asarray(x) for x in jax.tree.leaves(params)]
+        frags = [take_leaves(self.global_, f) for f in self.frags]
+        self.outer = [d.outer_optimizer.init(f) for f in frags]
+        self.like = [jax.tree.map(lambda s: jax.ShapeDtypeStruct((1,) + s.shape, s.dtype),
+                                  jax.eval_shape(lambda f: [d.up.encode(x) for x in f], f))
+                     for f in frags]
+        self._merge = jax.jit(functools.partial(merge_step, d.outer_optimizer, d.up, d.down),
+                              static_argnames=("mean_leaves", "rda", "flush"))
+        M, P = self.M, self.P
+        self.up = [True] * M
+        self.k = [0] * M  # each learner's own steps done (its next data index)
+        self.asked = [{} for _ in range(M)]  # fragment -> sync asked of m, not answered yet
+        self.ask_pos = [[None] * P for _ in range(M)]
+        self.due = [{} for _ in range(M)]  # fragment -> position from which m applies it
+        self.payloads = [{} for _ in range(P)]  # fragment -> learner -> its last answer
+        self.timers, self.seq, self.clock = [], itertools.count(), 0.0
+        self.merges: list[Merge] = []  # closed, to compute
+        self.evals = sorted(e for e in eval_points(config) if e < config.steps)
+        self.rows, self.diags, self.losses, self.log = [], [], [], []
+        self.peer_of: dict = {}  # returning learner -> the peer asked for its inner state
+        self.rejoined: dict = {}  # returning learner -> (Θ leaves, inner state, k, t)
+        self.ending: float | None = None  # the time the budget was spent
+        for p, f in enumerate(frags):  # compile the merges before the clock starts
+            for flush in (False, True):
+                self._merge(f, self.outer[p], self._stack(p, {}), jnp.zeros(M),
+                            mean_leaves=self.mean_leaves[p], rda=self.rda, flush=flush)
+
+    # ---- the learners' calls --------------------------------------------------------------------
+    def start(self) -> None:
+        self._act(self.state.start(), 0.0)
+
+    def boundary(self, m: int, T: float, loss: float) -> Reply:
+        """Learner m finished a step at T on its clock (module docstring)."""
+        if self.ending is not None or not self.up[m]:
+            return Reply(stop=True)  # finished after the budget ran out: not counted
+        self.advance(T, before=1)
+        t = self._now(T)
+        rec = self.rec
+        rec.step(m, self.k[m], t)
+        self.k[m] += 1
+        self.losses.append((m, t, loss))
+        reply = Reply()
+        for p in sorted(self.asked[m]):
+            if self.ask_pos[m][p] is None:
+                self.ask_pos[m][p] = rec.position(m)
+            if rec.merged[m][p]:
+                continue  # its last answer was merged and it has not applied the result
+            sync, since = self.asked[m].pop(p), rec.since[m][p]
+            self._act(self.state.sent(p, m, sync, since * self.tokens, since, t), t)
+            rec.send(p, [m], t)
+            reply.answer.append((p, sync))
+            self.log.append((t, "answer", m, p))
+        for p in [p for p, pos in self.due[m].items() if rec.position(m) >= pos]:
+            rec.arrive(p, [m], t)
+            self._act(self.state.applied(m, p, t), t)
+            del self.due[m][p]
+            reply.apply.append((p, [np.asarray(x) for x in take_leaves(self.global_,
+                                                                       self.frags[p])]))
+            self.log.append((t, "apply", m, p))
+        while self.evals and rec.c["processed"] >= self.evals[0] * self.M:
+            self._eval(self.evals.pop(0), t)
+        if rec.c["processed"] == self.M * self.steps:
+            self.ending = t
+        reply.upload = m in self.peer_of.values()
+        return reply
+
+    def answered(self, m: int, p: int, sync: int, payload: np.ndarray, sent_at: float,
+                 now: float) -> None:
+        """Learner m's answer to sync `sync` of fragment p, sent at its boundary `sent_at`, has
+        arrived. One sent after the budget ran out is left out; one sent at that very instant
+        is not (the simulated clock's order: a free link delivers it at once)."""
+        self.advance(now - self.hold)
+        if (self.ending is not None and sent_at > self.ending) or not self.up[m]:
+            return  # after the end, or it failed since it sent it: left out
+        t = self._now(now)
+        self.payloads[p][m] = payload
+        self._act(self.state.arrived(p, m, sync, t), t)
+
+    def failed(self, m: int, now: float) -> None:
+        """Learner m's process died: its unsynced work and its answers on the wire are lost."""
+        if not self.up[m] or self.ending is not None:
+            return
+        self.advance(now - self.hold)
+        t = self._now(now)
+        self.up[m], self.asked[m], self.due[m] = False, {}, {}
+        self.ask_pos[m] = [None] * self.P
+        self.rec.fail(m)
+        self.log.append((t, "fail", m, -1))
+        self._act(self.state.failed(m, t), t)
+        for r, q in list(self.peer_of.items()):
+            if q == m:  # it was to send its state to a returning learner: ask another one
+                del self.peer_of[r]
+                self.rejoin(r, now)
+
+    def rejoin(self, m: int, now: float) -> None:
+        """Learner m is back: it reloads at the next step boundary of a healthy peer, which
+        uploads its inner optimizer state (`peer_state`); with no peer up, at once, with a fresh
+        one. `rejoined.get(m)` then holds what it loads."""
+        peer = next((q for q in range(self.M) if self.up[q] and q != m), None)
+        if peer is None:
+            self._back(m, m, None, now)
+        else:
+            self.peer_of[m] = peer
+
+    def peer_state(self, q: int, inner_state, now: float) -> None:
+        """Peer q's inner optimizer state, uploaded at its step boundary."""
+        for m in [r for r, peer in self.peer_of.items() if peer == q]:
+            del self.peer_of[m]
+            self._back(m, q, inner_state, now)
+
+    # ---- the syncer's own work ------------------------------------------------------------------
+    def advance(self, to: float, before: int = 99) -> None:
+        """Run the timers due before (to, before): asks and deadlines, in order of time."""
+        while self.timers and self.timers[0][:2] < (to, before) and (
+                self.ending is None or self.timers[0][0] <= self.ending):
+            when, kind, _, p, sync = heapq.heappop(self.timers)
+            t = self._now(when)
+            if kind == ASK:
+                self._act(self.state.ask(p, t), t)
+                self.log.append((t, "ask", -1, p))
+            else:
+                self._act(self.state.deadline(p, sync, t), t)
+
+    def next_merge(self) -> Merge | None:
+        return self.merges.pop(0) if self.merges else None
+
+    def merge(self, job: Merge):
+        """The merge of a closed sync (no lock needed: fragment p has one version in flight)."""
+        p = job.p
+        w = np.zeros(self.M, np.float32)
+        for m, x in job.weights.items():
+            w[m] = x
+        new, outer, diag = self._merge(take_leaves(self.global_, self.frags[p]), self.outer[p],
+                                       self._stack(p, job.payloads), jnp.asarray(w),
+                                       mean_leaves=self.mean_leaves[p], rda=self.rda,
+                                       flush=job.flush)
+        return jax.block_until_ready((new, outer, diag))
+
+    def publish(self, job: Merge, result, now: float) -> None:
+        """The merged fragment is in: every up learner applies it τ of its own steps after its
+        first boundary since the ask (its next one, if still to come)."""
+        p, (new, outer, diag) = job.p, result
+        for i, x in zip(self.frags[p], new, strict=True):
+            self.global_[i] = x
+        self.outer[p] = outer
+        self.diags.append((p, job.flush, np.asarray(diag)))
+        t = self.clock if job.flush else self._now(now)  # the flush: at the end's time
+        self.log.append((t, "merge", -1, p))
+        if job.flush:
+            self.rec.send(p, list(job.weights), t, flush=True)
+            self.rec.close(p, job.weights, t, flush=True)
+            return
+        self.rec.close(p, job.weights, t, receivers=job.receivers, wait_s=job.wait_s)
+        for m in range(self.M):
+            if self.up[m]:
+                pos = self.ask_pos[m][p]
+                pos = pos if pos is not None else self.rec.position(m) + 1
+                self.due[m][p] = min(self.due[m].get(p, math.inf), pos + self.tau)
+            self.ask_pos[m][p] = None
+        self._act(self.state.published(p, t), t)
+
+    def flushes(self) -> list:
+        """At the end (the learners stopped, every merge published): the fragments to flush and
+        the learners whose Δ each takes (`Merge` jobs without payloads yet). The time of the
+        end is the budget's, or the last publish after it (as on the simulated clock)."""
+        t = self.clock
+        jobs = []
+        for f in self.state.end(t):
+            who = {m: token_weight(self.rec.since[m][f.p] * self.tokens, self.rec.since[m][f.p])
+                   for m in f.learners if self.rec.since[m][f.p] >= 1}
+            if who:
+                jobs.append(Merge(f.p, who, 0, 0.0, {}, flush=True))
+        return jobs
+
+    def result(self) -> dict:
+        """The last row, the rows' stats and parameters, the losses and the recorded plan."""
+        processed = self.rec.c["processed"]
+        complete = processed == self.M * self.steps
+        self._eval(min(self.steps, processed / self.M), self.clock, last=True,
+                   complete=complete)
+        return dict(rows=self.rows, losses=self.losses, log=self.log, plan=self.rec.finish(),
+                    params=jax.tree.unflatten(self.treedef, [np.asarray(x)
+                                                             for x in self.global_]))
+
+    def status(self) -> dict:
+        return dict(processed=self.rec.c["processed"], ending=self.ending, up=list(self.up),
+                    merging=bool(self.merges))
+
+    # ---- helpers --------------------------------------------------------------------------------
+    def _act(self, actions: list, t: float) -> None:
+        for a in actions:
+            match a:
+                case AskAt(p, when):
+                    heapq.heappush(self.timers, (when, ASK, next(self.seq), p, -1))
+                case Ask(p, sync, learners):
+                    for m in learners:
+                        self.asked[m][p] = sync
+                case SetDeadline(p, sync, when):
+                    heapq.heappush(self.timers, (when, DEADLINE, next(self.seq), p, sync))
+                case Close(p, _, weights, dropped, receivers, wait_s):
+                    for m in range(self.M):
+                        self.asked[m].pop(p, None)
+                    for m in dropped:
+                        self.rec.drop(p, m)
+                    payloads = {m: self.payloads[p][m] for m in weights}
+                    self.merges.append(Merge(p, weights, receivers, wait_s, payloads))
+                    self.log.append((t, "close", -1, p))
+
+    def _back(self, m: int, peer: int, inner_state, now: float) -> None:
+        t = self._now(now)
+        self.up[m] = True
+        self.rec.reload(m, peer, t)
+        self.rejoined[m] = ([np.asarray(x) for x in self.global_], inner_state, self.k[m], t)
+        self.log.append((t, "rejoin", m, -1))
+        self._act(self.state.back(m, t), t)  # asked again by the open syncs it had not answered
+
+    def _eval(self, progress: float, t: float, **kw) -> None:
+        self.rec.eval(progress, t, **kw)
+        self.rows.append(dict(stats=self.rec.events[-1].stats, diags=self.diags,
+                              params=[np.asarray(x) for x in self.global_]))
+        self.diags = []
+
+    def _stack(self, p: int, payloads: dict):
+        """The M learners' payloads of fragment p, stacked (zeros where none: weight 0)."""
+        n = sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(self.like[p]))
+        buf = np.zeros((self.M, n), np.uint8)
+        for m, b in payloads.items():
+            buf[m] = b
+        return from_bytes(jnp.asarray(buf), self.like[p])
+
+    def _now(self, t: float) -> float:
+        self.clock = max(self.clock, t)
+        return self.clock
