@@ -171,6 +171,10 @@ def _actor_classes():
             with self.lock:
                 return {**self.rt.status(), "error": self.error, "now": self._now()}
 
+        def end_now(self):
+            with self.lock:
+                self.rt.ending = self.rt.clock
+
         def flushes(self):
             self.idle.wait()
             with self.lock:
@@ -260,6 +264,7 @@ def _drive(ray, config, syncer, learners, pids, t0, progress, stall_s) -> dict:
     timeline = Timeline(config.cluster, M)
     window = [0] * M
     back_at = [None] * M
+    gone = set()
     running = {learners[m].run.remote(syncer, t0): m for m in range(M)}
     last, seen = time.time(), -1
     with _progress(config, progress) as bar:
@@ -271,8 +276,8 @@ def _drive(ray, config, syncer, learners, pids, t0, progress, stall_s) -> dict:
                 try:
                     ray.get(ref)
                 except ray.exceptions.RayActorError:  # its process died
-                    ray.get(syncer.failed.remote(m))
-                    if st["ending"] is None:
+                    ray.get(syncer.failed.remote(m))  # (again, if it never came back: no-op)
+                    if st["ending"] is None and np.isfinite(back_at[m] or 0.0):
                         running[learners[m].run.remote(syncer, t0, back_at[m] or 0.0)] = m
                 except ray.exceptions.RayTaskError as e:
                     _status(ray, syncer)  # the syncer's death explains it, when it died
@@ -285,6 +290,11 @@ def _drive(ray, config, syncer, learners, pids, t0, progress, stall_s) -> dict:
                     back_at[m] = w[1]
                     if np.isfinite(w[1]):
                         _kill(ray, learners[m], pids, m)
+                    else:  # down for good: no restart
+                        ray.kill(learners[m], no_restart=True)
+                        gone.add(m)
+            if len(gone) == M and st["ending"] is None:  # every learner down for good
+                ray.get(syncer.end_now.remote())
             if st["processed"] != seen:
                 seen, last = st["processed"], time.time()
                 bar.update(seen / M - bar.n)

@@ -41,12 +41,12 @@ from ..algorithms.learners import LearnersDriver, merge_step
 from ..clock import Timeline
 from ..clock.recorder import Recorder
 from ..clock.schedule import Schedule
+from ..clock.syncer import ASK, BOUNDARY, DEADLINE, FAIL, RESPONSE  # the order at equal times
 from ..clock.syncer_state import Ask, AskAt, Close, SetDeadline, SyncerState, token_weight
 from ..outer import take_leaves
 from ..training import eval_points, setup
 from ..wire import from_bytes
 
-ASK, DEADLINE = 0, 3  # order at equal times (the simulated clock's: asks first)
 
 
 @dataclasses.dataclass
@@ -121,7 +121,7 @@ class SyncerRuntime:
         """Learner m finished a step at T on its clock (module docstring)."""
         if self.ending is not None or not self.up[m]:
             return Reply(stop=True)  # finished after the budget ran out: not counted
-        self.advance(T, before=1)
+        self.advance(T, before=BOUNDARY)
         t = self._now(T)
         rec = self.rec
         rec.step(m, self.k[m], t)
@@ -157,7 +157,7 @@ class SyncerRuntime:
         """Learner m's answer to sync `sync` of fragment p, sent at its boundary `sent_at`, has
         arrived. One sent after the budget ran out is left out; one sent at that very instant
         is not (the simulated clock's order: a free link delivers it at once)."""
-        self.advance(now - self.hold)
+        self.advance(now - self.hold, before=RESPONSE)
         if (self.ending is not None and sent_at > self.ending) or not self.up[m]:
             return  # after the end, or it failed since it sent it: left out
         t = self._now(now)
@@ -168,7 +168,7 @@ class SyncerRuntime:
         """Learner m's process died: its unsynced work and its answers on the wire are lost."""
         if not self.up[m] or self.ending is not None:
             return
-        self.advance(now - self.hold)
+        self.advance(now - self.hold, before=FAIL)
         t = self._now(now)
         self.up[m], self.asked[m], self.due[m] = False, {}, {}
         self.ask_pos[m] = [None] * self.P

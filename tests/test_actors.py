@@ -1,0 +1,200 @@
+"""Decoupled DiLoCo on real actors (`diloco_lite.actors`).
+
+The first tests need no Ray: they drive the wall-clock syncer (`SyncerRuntime`) by hand, with
+learners that report on a free link at once, and require the plan it records to be the
+simulated clock's plan (`make_plan`), event for event: the two drivers of `SyncerState` apply
+the same rules. The last ones start Ray (skipped where it is not installed: the `cluster`
+extra): the synchronous limit gives the simulated run's parameters, a learner really killed
+comes back, and the recorded run replays to its own parameters on the emulated mesh.
+"""
+
+import heapq
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import diloco_lite as dl
+from diloco_lite.actors.syncer import SyncerRuntime
+from diloco_lite.algorithms import make_driver
+from diloco_lite.clock import Cluster, Timeline
+from diloco_lite.clock.plan import make_plan
+from diloco_lite.clock.syncer import BOUNDARY, DEADLINE
+from diloco_lite.training import COLUMNS, eval_points, setup
+from tests.helpers import max_abs_diff, tiny_run
+
+
+def decoupled(workers=3, steps=24, cluster=None, **algo):
+    algo = dl.DecoupledDiLoCo(**{**dict(inner_steps=4, fragments=2, overlap=1, quorum=workers,
+                                        grace_safety=0.0, bits=32), **algo})
+    return tiny_run(algo, workers=workers, steps=steps, eval_every=8,
+                    cluster=cluster or Cluster(step_time_s=0.2))
+
+
+def simulated_plan(cfg):
+    _, model, mesh, opt = setup(cfg)
+    d = make_driver(cfg, model, mesh, opt, model.init(cfg.seed))
+    return make_plan(cfg, up_nbytes=d.up_nbytes, down_nbytes=d.down_nbytes, sizes=d.sizes,
+                     rejoin_nbytes=d.rejoin_nbytes, eval_at=eval_points(cfg))
+
+
+def by_hand(cfg):
+    """Drive `SyncerRuntime` as the actors do, on a free link with instant merges: every
+    learner's boundaries at its `Timeline` times; the answers of an instant arrive after every
+    boundary of that instant (the simulated clock's order), merges are published at once."""
+    _, model, _, _ = setup(cfg, workers=1)
+    rt = SyncerRuntime(cfg, model.init(cfg.seed), hold_s=0.0)
+    timeline = Timeline(cfg.cluster, cfg.workers)
+    nbytes = {p: sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(rt.like[p]))
+              for p in range(rt.P)}
+    rt.start()
+    heap = [(timeline.duration(m, 0), m, m) for m in range(cfg.workers)]  # (T, order, m)
+    heapq.heapify(heap)
+    k, order = [0] * cfg.workers, cfg.workers
+
+    def timers(to, before):  # what the syncer's own thread does: timers, then merges at once
+        rt.advance(to, before)
+        while (job := rt.next_merge()) is not None:
+            rt.publish(job, rt.merge(job), rt.clock)
+            rt.advance(to, before)
+
+    while heap and rt.ending is None:
+        T = heap[0][0]
+        timers(T, BOUNDARY)
+        answers = []
+        while heap and heap[0][0] == T:
+            _, _, m = heapq.heappop(heap)
+            reply = rt.boundary(m, T, 0.0)
+            if reply.stop:
+                continue
+            answers += [(m, p, sync) for p, sync in reply.answer]
+            k[m] += 1
+            heapq.heappush(heap, (T + timeline.duration(m, k[m]), order, m))
+            order += 1
+        for m, p, sync in answers:
+            rt.answered(m, p, sync, np.zeros(nbytes[p], np.uint8), T, T)
+        timers(T, DEADLINE + 1)
+    for job in rt.flushes():
+        job.payloads = {m: np.zeros(nbytes[job.p], np.uint8) for m in job.weights}
+        rt.publish(job, rt.merge(job), rt.clock)
+    return rt.result()
+
+
+def events(plan):
+    """The plan's decisions, one per learner and event, sorted: who sends, applies or reloads
+    which fragment at which of its own steps; each close's time and weights. (How events are
+    grouped may differ, and a group carries its first event's time; an evaluation's place among
+    the events of its instant may differ.)"""
+    out = []
+    for b in plan.blocks:
+        for e in b.events:
+            t = round(e.time_s, 9)
+            if e.kind == "close":
+                out.append((t, "close", e.fragment, -1, -1, tuple(e.weights.tolist()), e.flush))
+            elif e.kind != "eval":
+                out += [(-1, e.kind, e.fragment, m, pos, (), e.flush) for m, pos in e.at.items()]
+    return sorted(out)
+
+
+@pytest.mark.parametrize("cluster,algo", [
+    (Cluster(step_time_s=0.2), dict()),  # the synchronous limit
+    (Cluster(step_time_s=(0.2, 0.2, 0.5)), dict(quorum=1, grace_safety=0.5, overlap=2)),
+    (Cluster(step_time_s=(0.2, 0.3, 0.2), jitter=0.3), dict(quorum=2, grace_safety=1.0)),
+])
+def test_the_wall_clock_syncer_records_the_simulated_plan(cluster, algo):
+    """Slow learners, a quorum, the grace window, token weights, the end-of-run flush: driven by
+    hand on a free link, the runtime's syncer takes every decision the simulated clock takes."""
+    cfg = decoupled(cluster=cluster, **algo)
+    out = by_hand(cfg)
+    want = simulated_plan(cfg)
+    assert events(out["plan"]) == events(want)
+    for key in ("processed", "useful", "lost", "up", "down", "outer_steps"):
+        assert out["plan"].final[key] == pytest.approx(want.final[key], rel=1e-9), key
+    last = out["rows"][-1]["stats"]
+    assert last["step"] == cfg.steps and last["learner_steps"] == cfg.workers * cfg.steps
+
+
+def test_an_answer_sent_after_the_budget_is_left_out():
+    """The learner that finishes after the budget ran out is told to stop, and an answer sent
+    later than the end is not merged (the simulated clock stops there too)."""
+    cfg = decoupled(steps=8)
+    _, model, _, _ = setup(cfg, workers=1)
+    rt = SyncerRuntime(cfg, model.init(0), hold_s=0.0)
+    rt.start()
+    for T in np.arange(1, 9) * 0.2:
+        for m in range(3):
+            assert not rt.boundary(m, float(T), 0.0).stop
+    assert rt.ending == pytest.approx(1.6)
+    assert rt.boundary(0, 1.8, 0.0).stop
+    rt.answered(1, 0, 99, np.zeros(4, np.uint8), 1.8, 1.8)
+    assert not rt.payloads[0]
+
+
+# ---- on Ray --------------------------------------------------------------------------------------
+
+ray = pytest.importorskip("ray", reason="the actor runtime's tests need Ray (the cluster extra)")
+
+
+def ray_processes() -> int:
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return sum(("raylet" in line or "gcs_server" in line) and "ps -eo" not in line
+               for line in out.splitlines())
+
+
+def test_actors_in_the_synchronous_limit_are_the_simulated_run():
+    """Equal speeds, K = M, no grace, no failure: each learner its own process, the syncer an
+    actor, real messages and real waits, and the parameters are the simulated run's."""
+    from diloco_lite.actors import train_actors
+
+    cfg = decoupled(steps=16, cluster=Cluster(step_time_s=0.25))
+    real = train_actors(cfg, progress=False)
+    sim = dl.train(cfg, progress=False)
+    assert max_abs_diff(real.params, sim.params) < 1e-5
+    assert list(real.history.columns[:len(COLUMNS)]) == COLUMNS
+    assert real.history["step"].tolist() == sim.history["step"].tolist()
+    assert real.final["comm_bytes"] == sim.final["comm_bytes"]
+    assert real.final["learner_steps"] == cfg.workers * cfg.steps
+    assert real.final["sim_time_s"] == pytest.approx(sim.final["sim_time_s"], abs=0.2)
+    assert ray_processes() == 0
+
+
+def test_a_killed_learner_comes_back_and_the_run_replays():
+    """Learner 1's process gets SIGKILL at 0.6 s; Ray restarts it, it reloads Θ and a peer's
+    state and answers again. What happened (`result.plan`) replays on the emulated mesh to the
+    same parameters."""
+    from diloco_lite.actors import train_actors
+
+    cfg = decoupled(steps=32, quorum=2, grace_safety=0.5,
+                    cluster=Cluster(step_time_s=0.2, failures=((1, 0.6, 2.0),)))
+    real = train_actors(cfg, progress=False)
+    kinds = [(kind, m) for _, kind, m, _ in real.log if kind in ("fail", "rejoin")]
+    assert kinds == [("fail", 1), ("rejoin", 1)]
+    assert real.final["failures"] == 1 and real.final["lost_steps"] > 0
+    assert real.final["learner_steps"] == cfg.workers * cfg.steps
+    steps = [len(t) for t in real.plan.step_time]
+    assert steps[1] < steps[0] and sum(steps) == cfg.workers * cfg.steps
+    back = [t for t, kind, m, _ in real.log if kind == "rejoin"][0]
+    assert any(m == 1 and kind == "answer" and t > back for t, kind, m, _ in real.log)
+    replay = dl.train(cfg, progress=False, plan=real.plan)
+    assert max_abs_diff(real.params, replay.params) < 1e-5
+    assert np.isfinite(real.final["val_loss"])
+    assert ray_processes() == 0
+
+
+def test_the_actor_runtime_refuses_other_methods_and_says_what_it_needs(monkeypatch):
+    from diloco_lite.actors import train_actors
+
+    with pytest.raises(ValueError, match="RunConfig.algorithm"):
+        train_actors(tiny_run(dl.DiLoCo(inner_steps=2)))
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ImportError, match=r"diloco_lite\[cluster\]"):
+        train_actors(decoupled())
+
+
+def test_importing_the_actor_runtime_imports_no_ray():
+    code = ("import sys, diloco_lite.actors, diloco_lite.actors.runtime; "
+            "assert 'ray' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ})
