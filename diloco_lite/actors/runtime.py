@@ -246,12 +246,10 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
     history = _history(rows, [_losses(out["losses"], config.workers)], plan)
     import pandas as pd
 
-    result = RunResult(config=config, history=history, params=out["params"],
+    return RunResult(config=config, history=history, params=out["params"],
                        n_params=count_params(params),
                        fragments=pd.DataFrame(plan.fragments).rename_axis("fragment")
-                       .reset_index(), counters=plan.final)
-    result.plan, result.log = plan, out["log"]
-    return result
+                       .reset_index(), counters=plan.final, plan=plan, log=out["log"])
 
 
 def _drive(ray, config, syncer, learners, pids, t0, progress, stall_s) -> dict:

@@ -48,7 +48,6 @@ from ..training import eval_points, setup
 from ..wire import from_bytes
 
 
-
 @dataclasses.dataclass
 class Reply:
     """What a learner does at its step boundary, in this order."""
