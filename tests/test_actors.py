@@ -198,3 +198,37 @@ def test_importing_the_actor_runtime_imports_no_ray():
     code = ("import sys, diloco_lite.actors, diloco_lite.actors.runtime; "
             "assert 'ray' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ})
+
+
+def test_killing_the_syncer_ends_the_run_with_a_message():
+    """The syncer held Θ: when its process dies the run stops at once, says why, and leaves no
+    Ray process behind (no hang)."""
+    import threading
+    import time
+
+    from diloco_lite.actors import train_actors
+
+    cfg = decoupled(steps=400, cluster=Cluster(step_time_s=0.05))
+    out = {}
+
+    def run():
+        try:
+            train_actors(cfg, progress=False)
+        except RuntimeError as e:
+            out["error"] = str(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.time() + 120
+    while time.time() < deadline and not out:
+        titles = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True,
+                                text=True).stdout.splitlines()
+        if any("ray::Learner.run" in t for t in titles):  # the learners are training
+            pid = next(int(t.split()[0]) for t in titles if "ray::Syncer" in t)
+            os.kill(pid, 9)
+            break
+        time.sleep(0.2)
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert "syncer" in out.get("error", "") and "cannot go on" in out["error"]
+    assert ray_processes() == 0

@@ -273,7 +273,8 @@ def _drive(ray, config, syncer, learners, pids, t0, progress, stall_s) -> dict:
                 m = running.pop(ref)
                 try:
                     ray.get(ref)
-                except ray.exceptions.RayActorError:  # its process died
+                except ray.exceptions.RayActorError:  # its process died (or the syncer did)
+                    _status(ray, syncer)  # the syncer's death ends the run, with its message
                     ray.get(syncer.failed.remote(m))  # (again, if it never came back: no-op)
                     if st["ending"] is None and np.isfinite(back_at[m] or 0.0):
                         running[learners[m].run.remote(syncer, t0, back_at[m] or 0.0)] = m
