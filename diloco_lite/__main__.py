@@ -22,10 +22,11 @@ def main(argv=None) -> int:
                          "table (cached: an interrupted run resumes)")
     rep.add_argument("--quick", action="store_true",
                      help="shrink steps (as DILOCO_LITE_QUICK=1); figures go to figures/quick/")
-    rep.add_argument("--only", default="training,bandwidth,goodput,links",
+    rep.add_argument("--only", default="training,bandwidth,goodput,links,actors",
                      help="comma-separated subset of: training, bandwidth, goodput, links (real "
                           "processes on throttled links: needs root and iproute2, else times "
-                          "on loopback)")
+                          "on loopback), actors (Decoupled DiLoCo on Ray actors against the "
+                          "simulated clock: needs Ray, else skipped)")
     rep.add_argument("--groups", default=None,
                      help="comma-separated training groups to run (default: all); the results "
                           "table keeps the rows of the others")

@@ -33,7 +33,7 @@ import pandas as pd
 
 from . import __version__, paths, plots
 
-JOBS = ("training", "bandwidth", "goodput", "links")
+JOBS = ("training", "bandwidth", "goodput", "links", "actors")
 # A results row. `std` and `seeds` are set by the rows that average over seeds (the quality
 # table: value is then the mean, std the sample standard deviation); None elsewhere.
 COLUMNS = ("experiment", "method", "metric", "value", "std", "seeds", "published", "config",
@@ -47,7 +47,8 @@ def runs_dir(quick: bool) -> Path:
 # What a training run's numbers depend on: every module but the figures, the reports, the
 # simulators and the commands. A change to any of them makes every cached run stale.
 NOT_TRAINING = ("plots", "systems", "exercises", "experiments", "reproduce.py", "bench.py",
-                "profile.py", "notebook_sync.py", "paths.py", "__main__.py", "distributed")
+                "profile.py", "notebook_sync.py", "paths.py", "__main__.py", "distributed",
+                "actors")
 
 
 @functools.cache
@@ -262,10 +263,14 @@ def reproduce(*, quick: bool = False, only: tuple[str, ...] = JOBS, figures_dir=
             from .systems import goodput_report
 
             rows += goodput_report.reproduce_job(figures_dir, quick)
-        else:  # real processes over the testbed's throttled links (issue 17)
+        elif job == "links":  # real processes over the testbed's throttled links (issue 17)
             from .distributed import measure
 
             rows += measure.reproduce_job(figures_dir, quick)
+        else:  # Decoupled DiLoCo on Ray actors against the simulated clock (issue 18)
+            from .actors import measure as actors_measure
+
+            rows += actors_measure.reproduce_job(figures_dir, quick)
         print(f"[reproduce] {job} done in {time.perf_counter() - start:.0f} s", flush=True)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     write_results(table, figures_dir, merge=set(only) != set(JOBS) or groups is not None)
