@@ -232,3 +232,33 @@ def test_killing_the_syncer_ends_the_run_with_a_message():
     assert not thread.is_alive()
     assert "syncer" in out.get("error", "") and "cannot go on" in out["error"]
     assert ray_processes() == 0
+
+
+def test_ctrl_c_leaves_no_ray_process_behind(tmp_path):
+    """A user who stops a run (Ctrl-C: SIGINT) gets their prompt back, and every Ray process the
+    run started is gone."""
+    import signal
+    import time
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import diloco_lite as dl\n"
+        "dl.emulate_devices(1)\n"
+        "from diloco_lite.actors import train_actors\n"
+        "from tests.test_actors import decoupled\n"
+        "from diloco_lite.clock import Cluster\n"
+        "train_actors(decoupled(steps=2000, cluster=Cluster(step_time_s=0.05)), progress=False)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=os.getcwd(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        titles = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        if "ray::Learner.run" in titles:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    time.sleep(1.0)
+    assert ray_processes() == 0

@@ -18,11 +18,13 @@ from ..training import setup
 
 
 class LearnerProgram:
-    """Learner `m` of `config` (M = config.workers learners in all), from `params`."""
+    """Learner `m` of `config` (M = config.workers learners in all), from `params` (None: the
+    model's initial parameters for `config.seed`)."""
 
-    def __init__(self, config, m: int, params):
+    def __init__(self, config, m: int, params=None):
         self.config, self.m = config, m
         self.corpus, model, mesh, optimizer = setup(config, workers=1)
+        params = params if params is not None else model.init(config.seed)
         self.optimizer = optimizer
         # not donated: a step the budget does not count is undone (`undo`)
         self.driver = LearnersDriver(config, model, mesh, optimizer, params, donate=False)

@@ -223,9 +223,12 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
     try:
         Learner, Syncer = _actor_classes()
         opts = dict(num_cpus=0, max_restarts=-1, max_task_retries=0)
-        syncer = Syncer.options(num_cpus=0, max_restarts=0).remote(config, params, hold_s,
+        # the initial parameters: each actor draws them from the seed, unless given (then they
+        # are held here for the whole run: a restarted learner is built from the same ones)
+        shared = ray.put(params) if init_params is not None else None
+        syncer = Syncer.options(num_cpus=0, max_restarts=0).remote(config, shared, hold_s,
                                                                    cache_dir)
-        learners = [Learner.options(**opts).remote(config, m, params, cache_dir)
+        learners = [Learner.options(**opts).remote(config, m, shared, cache_dir)
                     for m in range(config.workers)]
         pids = ray.get([a.pid.remote() for a in learners] + [syncer.status.remote()])[:-1]
         t0 = time.time() + start_in_s

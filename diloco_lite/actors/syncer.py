@@ -69,11 +69,13 @@ class Merge:
 
 
 class SyncerRuntime:
-    """The syncer of `config` (Decoupled DiLoCo) from `params` (module docstring)."""
+    """The syncer of `config` (Decoupled DiLoCo) from `params` (None: the model's initial
+    parameters for `config.seed`; module docstring)."""
 
-    def __init__(self, config, params, hold_s: float = 0.01):
+    def __init__(self, config, params=None, hold_s: float = 0.01):
         algo = config.algorithm
         _, model, mesh, optimizer = setup(config, workers=1)
+        params = params if params is not None else model.init(config.seed)
         d = LearnersDriver(config, model, mesh, optimizer, params)
         self.frags, self.mean_leaves, self.rda = d.frags, d.mean_leaves, d.rda
         self.M, self.P, self.steps, self.hold = config.workers, len(d.frags), config.steps, hold_s
