@@ -37,6 +37,7 @@ class RunResult:
     counters: dict | None = None  # the plan's totals: processed, useful, lost steps, bytes, ...
     plan: Any = None  # the plan it replayed (`clock.plan`): every step and sync event, timed
     log: list | None = None  # on actors (`diloco_lite.actors`): (time_s, event, learner, fragment)
+    wire: list | None = None  # on the testbed's hosts: what each host's interface sent, received
 
     @property
     def final(self) -> pd.Series:

@@ -193,11 +193,15 @@ def _actor_classes():
 
 
 def train_actors(config, *, init_params=None, progress: bool = True, hold_s: float = 0.01,
-                 stall_s: float = 120.0, start_in_s: float = 0.5):
+                 stall_s: float = 120.0, start_in_s: float = 0.5, placement: bool = False,
+                 meter=None):
     """Run `config` (a Decoupled DiLoCo run) on Ray actors; returns a `RunResult` whose history
     has `train`'s columns on the wall clock, and whose `plan` is what really happened (module
     docstring). Starts a local Ray instance unless one is running (`ray.init` first to use a
-    cluster), and stops what it started."""
+    cluster), and stops what it started. `placement`: the syncer on the node with resource
+    `host0`, learner m on `host<m+1>` (`actors.hosts`: one node per testbed host). `meter()`:
+    per-host interface counters, read at the start and when the learners have stopped; their
+    growth goes to `RunResult.wire`."""
     import jax
 
     from ..model import count_params
@@ -226,14 +230,20 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
         # the initial parameters: each actor draws them from the seed, unless given (then they
         # are held here for the whole run: a restarted learner is built from the same ones)
         shared = ray.put(params) if init_params is not None else None
-        syncer = Syncer.options(num_cpus=0, max_restarts=0).remote(config, shared, hold_s,
-                                                                   cache_dir)
-        learners = [Learner.options(**opts).remote(config, m, shared, cache_dir)
+        where = (lambda k: dict(resources={f"host{k}": 1})) if placement else (  # noqa: E731
+            lambda k: {})
+        syncer = Syncer.options(num_cpus=0, max_restarts=0, **where(0)).remote(
+            config, shared, hold_s, cache_dir)
+        learners = [Learner.options(**opts, **where(m + 1)).remote(config, m, shared, cache_dir)
                     for m in range(config.workers)]
         pids = ray.get([a.pid.remote() for a in learners] + [syncer.status.remote()])[:-1]
         t0 = time.time() + start_in_s
         ray.get(syncer.start.remote(t0))
+        start = meter() if meter is not None else None
         out = _drive(ray, config, syncer, learners, pids, t0, progress, stall_s)
+        if meter is not None:
+            out["wire"] = [{k: b[k] - a[k] for k in b} for a, b in zip(start, meter(),
+                                                                        strict=True)]
     finally:
         for a in learners + ([syncer] if syncer is not None else []):
             ray.kill(a, no_restart=True)
@@ -252,7 +262,8 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
     return RunResult(config=config, history=history, params=out["params"],
                        n_params=count_params(params),
                        fragments=pd.DataFrame(plan.fragments).rename_axis("fragment")
-                       .reset_index(), counters=plan.final, plan=plan, log=out["log"])
+                       .reset_index(), counters=plan.final, plan=plan, log=out["log"],
+                       wire=out.get("wire"))
 
 
 def _drive(ray, config, syncer, learners, pids, t0, progress, stall_s) -> dict:

@@ -130,20 +130,7 @@ class Testbed:
     def counters(self) -> list[dict] | None:
         """Per host: `tx_bytes`, `rx_bytes`, `tx_packets`, `rx_packets` of its `eth0` so far,
         and `retrans_segs`, the TCP segments it sent again (None when not emulated)."""
-        if not self.emulated:
-            return None
-        out = []
-        for k in range(self.hosts):
-            [link] = json.loads(_run("ip", "-n", self.namespace(k), "-s", "-j", "link", "show",
-                                     "eth0"))
-            stats = link["stats64"]
-            snmp = _run("ip", "netns", "exec", self.namespace(k), "cat", "/proc/net/snmp")
-            tcp = [line.split() for line in snmp.splitlines() if line.startswith("Tcp:")]
-            out.append({"tx_bytes": stats["tx"]["bytes"], "rx_bytes": stats["rx"]["bytes"],
-                        "tx_packets": stats["tx"]["packets"],
-                        "rx_packets": stats["rx"]["packets"],
-                        "retrans_segs": int(dict(zip(*tcp, strict=True))["RetransSegs"])})
-        return out
+        return host_counters(self.hosts) if self.emulated else None
 
     def sent_since(self, before: list[dict] | None) -> list[dict] | None:
         """Per host, the counters' growth since `before` (a `counters()` result)."""
@@ -201,6 +188,22 @@ class Testbed:
     def _say(self, text: str) -> None:
         if not self.quiet:
             print(text, file=sys.stderr, flush=True)
+
+
+def host_counters(hosts: int) -> list[dict]:
+    """`Testbed.counters()` of a testbed of `hosts` hosts that exists (root: from any process,
+    e.g. one running inside a host)."""
+    out = []
+    for k in range(hosts):
+        ns = f"{PREFIX}h{k}"
+        [link] = json.loads(_run("ip", "-n", ns, "-s", "-j", "link", "show", "eth0"))
+        stats = link["stats64"]
+        snmp = _run("ip", "netns", "exec", ns, "cat", "/proc/net/snmp")
+        tcp = [line.split() for line in snmp.splitlines() if line.startswith("Tcp:")]
+        out.append({"tx_bytes": stats["tx"]["bytes"], "rx_bytes": stats["rx"]["bytes"],
+                    "tx_packets": stats["tx"]["packets"], "rx_packets": stats["rx"]["packets"],
+                    "retrans_segs": int(dict(zip(*tcp, strict=True))["RetransSegs"])})
+    return out
 
 
 def cleanup() -> list[str]:

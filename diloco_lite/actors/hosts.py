@@ -1,0 +1,117 @@
+"""Decoupled DiLoCo's actors on the testbed's hosts: every byte between a learner and the syncer
+crosses a throttled link.
+
+    from diloco_lite.distributed.testbed import Testbed
+    with Testbed(hosts=config.workers + 1, link=Link(gbit_per_s=0.01)) as bed:
+        result = train_on_testbed(config, bed)     # result.wire: bytes per host
+
+One Ray node per host (`distributed.testbed`: a network namespace behind a `tc`-shaped link):
+the head, the syncer and the driver on host 0, learner m alone on host m + 1 (a custom
+resource `host<k>` per node pins each actor). The driver runs as a process inside host 0 (the
+hosts' addresses are reachable only from inside the testbed) and hands back the `RunResult`.
+`RunResult.wire` holds each host's interface counters over the run, from the start of the
+clock to the learners' stop: the learners' answers (the wire format's bytes) and the syncer's
+replies, plus Ray's own traffic (the step boundary calls, the nodes' heartbeats and resource
+reports). Without a testbed (no root or no iproute2) everything falls back to one local Ray
+instance, and `wire` is None.
+
+Ray's token authentication is turned off for these nodes (`RAY_AUTH_MODE=disabled`): they
+listen only on the testbed's private addresses. Every node is stopped (`ray stop --force` in
+each host) on every way out.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PORT = 6379
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("DILOCO_LITE_DEVICES",)}
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", JAX_PLATFORMS="cpu",
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+def _ray_bin() -> str:
+    return str(Path(sys.executable).with_name("ray"))
+
+
+def start_nodes(bed) -> None:
+    """A Ray node on each of `bed`'s hosts (the head on host 0), each with a resource
+    `host<k>`."""
+    for k in range(bed.hosts):
+        where = (["--head", f"--port={PORT}", "--include-dashboard=false"] if k == 0
+                 else [f"--address={bed.address(0)}:{PORT}"])
+        cmd = bed.command(k, [_ray_bin(), "start", *where, f"--node-ip-address={bed.address(k)}",
+                              f"--resources={{\"host{k}\": 1}}", "--disable-usage-stats"])
+        out = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=180)
+        if out.returncode != 0:
+            raise RuntimeError(f"could not start a Ray node on host {k}: "
+                               f"{(out.stderr or out.stdout).strip()[-800:]}")
+
+
+def stop_nodes(bed) -> None:
+    for k in reversed(range(bed.hosts)):
+        subprocess.run(bed.command(k, [_ray_bin(), "stop", "--force"]), capture_output=True,
+                       env=_env(), timeout=120)
+
+
+def train_on_testbed(config, bed, **kw):
+    """`train_actors(config, **kw)` with the syncer on host 0 and learner m on host m + 1 of
+    `bed` (an entered `Testbed` of config.workers + 1 hosts); `RunResult.wire` holds what each
+    host's interface sent and received from the start of the clock to the learners' stop (None
+    without a testbed)."""
+    from ..config import check
+    from .runtime import train_actors
+
+    if not bed.emulated:
+        return train_actors(config, **kw)
+    check(bed.hosts == config.workers + 1, "Testbed.hosts", bed.hosts,
+          f"RunConfig.workers + 1 = {config.workers + 1} (the syncer's host and one per learner)")
+    from ray import cloudpickle  # optax's optimizers are closures: plain pickle refuses them
+
+    with tempfile.TemporaryDirectory(prefix="diloco_lite-actors-") as tmp:
+        job, out = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
+        job.write_bytes(cloudpickle.dumps((config, kw, f"{bed.address(0)}:{PORT}")))
+        try:
+            start_nodes(bed)
+            run = subprocess.run(bed.command(0, [sys.executable, "-m", __name__, str(job),
+                                                 str(out), str(bed.hosts)]),
+                                 env=_env(), cwd=os.getcwd(), capture_output=True, text=True)
+        finally:
+            stop_nodes(bed)
+        if run.returncode != 0 or not out.exists():
+            raise RuntimeError(f"the actor run on the testbed failed:\n{run.stderr[-3000:]}")
+        return cloudpickle.loads(out.read_bytes())
+
+
+def _main(job: str, out: str, hosts: str) -> int:
+    """The driver, inside host 0: connect to the testbed's Ray cluster and run."""
+    from ..devices import emulate_devices
+
+    emulate_devices(1)
+    import ray
+    from ray import cloudpickle
+
+    from ..distributed.testbed import host_counters
+    from .runtime import train_actors
+
+    config, kw, address = cloudpickle.loads(Path(job).read_bytes())
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        result = train_actors(config, placement=True, meter=lambda: host_counters(int(hosts)),
+                              **kw)
+    finally:
+        ray.shutdown()
+    Path(out).write_bytes(cloudpickle.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(*sys.argv[1:4]))
