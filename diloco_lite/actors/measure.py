@@ -152,6 +152,57 @@ def measure(learners: int = 4, steps: int = 240, inner_steps: int = 20,
     return table
 
 
+def versus_ddp(learners: int = 4, steps: int = 40, gbit_per_s: float = 0.01,
+               inner_steps: int = 10, step_time_s: float = 0.02) -> dict:
+    """The classroom-scale, measured version of "Decoupled DiLoCo over slow links": on the
+    testbed (`learners` + 1 hosts behind `gbit_per_s` links), DDP on `learners` processes
+    (`distributed.launch`) and Decoupled DiLoCo on actors (`hosts.train_on_testbed`), the same
+    tokens; the wall-clock each takes to reach the same held-out loss (the worse of the two
+    final losses), compilation left out, against the simulated clock's prediction for the same
+    configs; and each learner host's bytes on the wire against the booked bytes. The learners'
+    step time is about their compute time (a step never waits less than it computes)."""
+    from ..clock import Link
+    from ..config import DDP
+    from ..distributed.launch import launch
+    from ..distributed.testbed import Testbed
+    from ..training import train
+    from .hosts import train_on_testbed
+
+    link = Link(gbit_per_s=gbit_per_s)
+    cluster = Cluster(step_time_s=step_time_s, link=link)
+    base = RunConfig(workers=learners, steps=steps, eval_every=max(1, steps // 8),
+                     eval_batches=2, cluster=cluster)
+    ddp_cfg = dataclasses.replace(base, algorithm=DDP())
+    dec_cfg = dataclasses.replace(base, algorithm=DecoupledDiLoCo(
+        inner_steps=inner_steps, fragments=4, overlap=2, bits=4, quorum=1, grace_safety=0.5))
+    with Testbed(learners + 1, link, quiet=True) as bed:
+        emulated = bed.emulated
+        [ddp] = launch(ddp_cfg, processes=learners, devices_per_process=1, testbed=bed,
+                       echo=False, timeout_s=1800)
+        dec = train_on_testbed(dec_cfg, bed, progress=False)
+    h = ddp.history.copy()  # DDP's clock without its compilation (in its first rows' wall time)
+    rate = float((h.wall_time_s.iloc[-1] - h.wall_time_s.iloc[len(h) // 2])
+                 / (h.step.iloc[-1] - h.step.iloc[len(h) // 2]))
+    h["sim_time_s"] = h.wall_time_s - (h.wall_time_s.iloc[0] - h.step.iloc[0] * rate)
+    sims = {"ddp": train(ddp_cfg, progress=False), "dec": train(dec_cfg, progress=False)}
+    target = max(float(h.val_loss.iloc[-1]), float(dec.final.val_loss))
+    sim_target = max(float(r.final.val_loss) for r in sims.values())
+    out = dict(gbit_per_s=gbit_per_s, learners=learners, steps=steps, emulated=emulated,
+               target_loss=target, ddp_s=time_to(h, target), dec_s=time_to(dec.history, target),
+               sim_ddp_s=time_to(sims["ddp"].history, sim_target),
+               sim_dec_s=time_to(sims["dec"].history, sim_target))
+    out["speedup"] = out["ddp_s"] / out["dec_s"]
+    out["sim_speedup"] = out["sim_ddp_s"] / out["sim_dec_s"]
+    if dec.wire is not None:
+        hosts = dec.wire[1:]  # the learners' hosts
+        out["up_booked"] = float(dec.final.comm_bytes) / learners
+        out["down_booked"] = float(dec.final.down_bytes) / learners
+        out["up_wire"] = float(np.mean([w["tx_bytes"] for w in hosts]))
+        out["down_wire"] = float(np.mean([w["rx_bytes"] for w in hosts]))
+    print(pd.Series(out).to_string(), flush=True)
+    return out
+
+
 def describe(learners: int, steps: int, inner_steps: int, step_time_s: float, mtbf_s: float,
              down_s: float) -> str:
     """The config column of the `actors` rows."""

@@ -27,6 +27,7 @@ is interrupted.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import os
 import signal
@@ -68,14 +69,22 @@ def _actor_classes():
             from .learner import LearnerProgram
 
             self.m, self.timeline = m, Timeline(config.cluster, config.workers)
+            self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
             self.program = LearnerProgram(config, m, params)
             self.program.warm_up()
 
         def pid(self):
             return os.getpid()
 
+        def _fetch(self, ref):
+            """Θ_p of a published fragment: fetched in the background since it was announced
+            (over a real link it takes time: the learner should not wait for it when due)."""
+            future = self.fetching.pop(ref, None)
+            return future.result() if future is not None else ray.get(ref)
+
         def run(self, syncer, t0, back_at=None):
             prog, m = self.program, self.m
+            self.fetching = {}
             k, T = 0, 0.0
             if back_at is not None:  # a new process after a failure: wait out the window
                 time.sleep(max(0.0, t0 + back_at - time.time()))
@@ -94,8 +103,10 @@ def _actor_classes():
                     return "done"
                 for p, sync in reply.answer:
                     syncer.answered.remote(m, p, sync, prog.answer(p), T)
-                for p, theta in reply.apply:
-                    prog.apply(p, theta)
+                for _, ref in reply.fetch:
+                    self.fetching[ref] = self.pool.submit(ray.get, ref)
+                for p, ref in reply.apply:
+                    prog.apply(p, self._fetch(ref))
                 if reply.upload:
                     ray.get(syncer.peer_state.remote(m, prog.inner_state()))
                 k += 1
@@ -110,6 +121,7 @@ def _actor_classes():
             from .syncer import SyncerRuntime
 
             self.rt, self.lock = SyncerRuntime(config, params, hold_s), threading.Lock()
+            self.refs = {}  # fragment -> its newest Θ_p in the object store (what learners take)
             self.t0, self.idle, self.error = None, threading.Event(), None
 
         def start(self, t0):
@@ -132,15 +144,22 @@ def _actor_classes():
                         time.sleep(0.002)
                         continue
                     result = self.rt.merge(job)
+                    ref = ray.put([np.asarray(x) for x in result[0]])
                     with self.lock:
                         self.rt.publish(job, result, self._now())
+                        self.refs[job.p] = ref
             except Exception as e:  # noqa: BLE001 - reported by status()
                 self.error = repr(e)
                 self.idle.set()
 
         def boundary(self, m, T, loss):
             with self.lock:
-                return self.rt.boundary(m, T, loss)
+                reply = self.rt.boundary(m, T, loss)
+                # Θ_p travels through the object store: the newest published version of p is
+                # the syncer's current one (a fragment changes only when it is published)
+                reply.apply = [(p, self.refs[p]) for p, _ in reply.apply]
+                reply.fetch = [(p, self.refs[p]) for p in reply.fetch]
+                return reply
 
         def answered(self, m, p, sync, payload, sent_at):
             with self.lock:

@@ -56,6 +56,8 @@ class Reply:
     answer: list = dataclasses.field(default_factory=list)  # [(fragment, sync)]: send Δ
     apply: list = dataclasses.field(default_factory=list)  # [(fragment, Θ_p leaves)]
     upload: bool = False  # send the inner optimizer state (a returning peer loads it)
+    fetch: list = dataclasses.field(default_factory=list)  # fragments published since its last
+    # boundary: a runtime starts fetching them now, so that they are there when due
 
 
 @dataclasses.dataclass
@@ -101,6 +103,7 @@ class SyncerRuntime:
         self.asked = [{} for _ in range(M)]  # fragment -> sync asked of m, not answered yet
         self.ask_pos = [[None] * P for _ in range(M)]
         self.due = [{} for _ in range(M)]  # fragment -> position from which m applies it
+        self.fresh = [set() for _ in range(M)]  # fragments published since m's last boundary
         self.payloads = [{} for _ in range(P)]  # fragment -> learner -> its last answer
         self.timers, self.seq, self.clock = [], itertools.count(), 0.0
         self.merges: list[Merge] = []  # closed, to compute
@@ -151,6 +154,7 @@ class SyncerRuntime:
         if rec.c["processed"] == self.M * self.steps:
             self.ending = t
         reply.upload = m in self.peer_of.values()
+        reply.fetch, self.fresh[m] = sorted(self.fresh[m]), set()
         return reply
 
     def answered(self, m: int, p: int, sync: int, payload: np.ndarray, sent_at: float,
@@ -245,6 +249,7 @@ class SyncerRuntime:
                 pos = self.ask_pos[m][p]
                 pos = pos if pos is not None else self.rec.position(m) + 1
                 self.due[m][p] = min(self.due[m].get(p, math.inf), pos + self.tau)
+                self.fresh[m].add(p)
             self.ask_pos[m][p] = None
         self._act(self.state.published(p, t), t)
 
