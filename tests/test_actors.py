@@ -262,3 +262,29 @@ def test_ctrl_c_leaves_no_ray_process_behind(tmp_path):
     assert proc.returncode != 0 and "KeyboardInterrupt" in err
     time.sleep(1.0)
     assert ray_processes() == 0
+
+
+@pytest.mark.skipif(bool(__import__("diloco_lite.distributed.testbed", fromlist=["x"])
+                         ._unavailable()), reason="the testbed needs root and iproute2")
+def test_on_the_testbed_the_answers_and_fragments_cross_each_learners_link():
+    """One Ray node per testbed host: each learner's answers leave its host's interface and the
+    fragments it applies arrive through it (the wire format's bytes, and Θ_p in fp32), beside
+    Ray's own traffic; every node is stopped afterwards."""
+    from diloco_lite.actors.hosts import train_on_testbed
+    from diloco_lite.clock import Link
+    from diloco_lite.distributed.testbed import Testbed
+
+    cfg = decoupled(workers=2, steps=12, quorum=1, grace_safety=0.5, bits=4)
+    with Testbed(3, Link(gbit_per_s=0.1), quiet=True) as bed:
+        real = train_on_testbed(cfg, bed, progress=False)
+    up = real.final["comm_bytes"] / 2
+    _, model, _, _ = setup(cfg, workers=1)
+    n = [sum(x.size for x in jax.tree.leaves(model.init(0)))]
+    applied = [sum(1 for _, kind, q, _ in real.log if kind == "apply" and q == m) for m in (0, 1)]
+    for m in (0, 1):
+        host = real.wire[m + 1]
+        assert host["tx_bytes"] > up  # its answers (and Ray's calls) left through its link
+        # each fragment it applied came down in fp32 (P = 2 fragments of about half the model)
+        assert host["rx_bytes"] > 0.4 * applied[m] * 4 * n[0] / 2
+    assert real.final["learner_steps"] == 24
+    assert ray_processes() == 0

@@ -250,7 +250,36 @@ def reproduce_job(figures_dir, quick: bool) -> list[dict]:
     figures_dir = Path(figures_dir)
     figures_dir.mkdir(parents=True, exist_ok=True)
     table.to_csv(figures_dir / "actors.csv", index=False)
-    return result_rows(table, describe(**run))
+    rows = result_rows(table, describe(**run))
+    from ..distributed.testbed import _unavailable
+
+    if _unavailable():
+        print(f"[reproduce] actors: no testbed ({_unavailable()}): DDP comparison skipped")
+        return rows
+    versus = versus_ddp(**VERSUS[quick])
+    pd.DataFrame([versus]).to_csv(figures_dir / "actors_vs_ddp.csv", index=False)
+    return rows + versus_rows(versus)
+
+
+VERSUS = {False: dict(learners=4, steps=40, gbit_per_s=0.01, inner_steps=10),
+          True: dict(learners=2, steps=12, gbit_per_s=0.01, inner_steps=4)}
+
+
+def versus_rows(v: dict) -> list[dict]:
+    """The results rows of `versus_ddp`."""
+    at = f"@{v['gbit_per_s'] * 1e3:g} Mbit/s"
+    config = (f"{v['learners']} learners on testbed hosts (+ the syncer's), {at}, default "
+              f"model, {v['steps']} steps; DDP on {v['learners']} processes; same tokens")
+    rows = [dict(experiment="actors", method="decoupled vs ddp", config=config,
+                 metric=f"wall-clock speed-up over DDP to the same loss, {clock} {at}",
+                 value=float(v[key]), published=20.0 if clock == "measured" else None)
+            for clock, key in (("measured", "speedup"), ("simulated", "sim_speedup"))]
+    for way in ("up", "down"):
+        if f"{way}_wire" in v:
+            rows.append(dict(experiment="actors", method="decoupled vs ddp", config=config,
+                             metric=f"a learner's bytes on the wire / booked, {way}",
+                             value=v[f"{way}_wire"] / v[f"{way}_booked"]))
+    return rows
 
 
 def main(argv=None) -> int:
