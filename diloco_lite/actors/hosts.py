@@ -16,8 +16,8 @@ reports). Without a testbed (no root or no iproute2) everything falls back to on
 instance, and `wire` is None.
 
 Ray's token authentication is turned off for these nodes (`RAY_AUTH_MODE=disabled`): they
-listen only on the testbed's private addresses. Every node is stopped (`ray stop --force` in
-each host) on every way out.
+listen only on the testbed's private addresses. Every process of the hosts is killed on every
+way out (never `ray stop`, which would stop every Ray process of the machine).
 """
 
 from __future__ import annotations
@@ -57,9 +57,18 @@ def start_nodes(bed) -> None:
 
 
 def stop_nodes(bed) -> None:
-    for k in reversed(range(bed.hosts)):
-        subprocess.run(bed.command(k, [_ray_bin(), "stop", "--force"]), capture_output=True,
-                       env=_env(), timeout=120)
+    """Kill every process in the testbed's hosts (their Ray nodes and workers), and only those:
+    `ray stop` would stop every Ray process of the machine."""
+    import signal
+
+    for k in range(bed.hosts):
+        pids = subprocess.run(["ip", "netns", "pids", bed.namespace(k)], capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
 
 
 def train_on_testbed(config, bed, **kw):

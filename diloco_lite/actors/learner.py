@@ -40,9 +40,9 @@ class LearnerProgram:
                                                 mask))
         for p, idx in enumerate(self.driver.frags):
             self._send(p)
+            theta = [np.asarray(x) for x in take_leaves(self.state["global"], idx)]  # as `apply`
             jax.block_until_ready(arrive(take_leaves(self.state["local"], idx),
-                                         take_leaves(self.state["base"], idx),
-                                         take_leaves(self.state["global"], idx), self._on,
+                                         take_leaves(self.state["base"], idx), theta, self._on,
                                          float(self.driver.alpha)))
 
     # ---- what a step boundary asks of it -------------------------------------------------------

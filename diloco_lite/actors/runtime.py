@@ -240,8 +240,9 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
     if started:
         with warnings.catch_warnings():  # Ray starts its processes by fork + exec: harmless
             warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
-            ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=True,
-                     logging_level="ERROR", configure_logging=True)
+            # address="local": a new instance, even where `ray start` left a cluster running
+            ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
+                     log_to_driver=True, logging_level="ERROR", configure_logging=True)
     learners, syncer = [], None
     try:
         Learner, Syncer = _actor_classes()
