@@ -358,3 +358,11 @@ display(per_learner)
 #   and the others still finish the budget.
 # - `Cluster(step_time_s=(0.2, 0.2, 0.4))`: a slow learner on real processes, to set beside
 #   notebook 04's section 4.
+
+# %% [markdown]
+# ## Exercises
+#
+# When a learner applies a merged fragment, the killed run's goodput, and what the kill cost
+# (its detection and its downtime), read from a recorded run of section 2, with checks (no Ray
+# needed): `notebooks/exercises/08_actors.ipynb`
+# ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/08_actors.ipynb)).

@@ -18,6 +18,7 @@ import pytest
 import diloco_lite as dl
 from diloco_lite import exercises as ex
 from diloco_lite import outer
+from diloco_lite.exercises import actors as aex
 from diloco_lite.exercises import blank
 from diloco_lite.exercises import decoupled as dex
 from diloco_lite.exercises._core import ERROR, FAIL_MARK, PASS_MARK, TODO
@@ -90,11 +91,37 @@ def _goodput(recovery=True):
     return g
 
 
+def _apply(due, publish=True):
+    """A learner's apply rule: the first boundary ≥ due(ask, boundaries, publish, τ) (steps done,
+    from 1) and at or after the publish (when `publish`)."""
+    def fn(ask, b, pub, tau):
+        d = due(ask, b, pub, tau)
+        return next(i for i, t in enumerate(b, 1) if i >= d and (t >= pub or not publish))
+    return fn
+
+
+def _first(b, after, strict=False):
+    return next(i for i, t in enumerate(b, 1) if (t > after if strict else t >= after))
+
+
+def _kill(variant):
+    """(detection, downtime) from a log, right or with one classic mistake."""
+    def fn(log, m, window):
+        def at(kind, who):
+            return min(t for t, e, q, _ in log if e == kind and (who is None or q == who))
+        (kill, end), fail, back = window, at("fail", m), at("rejoin", m)
+        return {"right": (fail - kill, back - kill), "from_detection": (fail - kill, back - fail),
+                "window": (fail - kill, end - kill), "past_window": (fail - kill, back - end),
+                "absolute": (fail, back),
+                "other_learner": (at("fail", None) - kill, at("rejoin", None) - kill)}[variant]
+    return fn
+
+
 YOUNG = dict(checkpoint_s=1.0, mtbf_s=26.3)
 NUMBERS = {"check_allreduce_bytes", "check_ddp_step_bytes", "check_wire_bytes",
            "check_ddp_bandwidth", "check_decoupled_bandwidth", "check_cluster_mtbf",
            "check_young_interval", "check_daly_interval", "check_gather_bytes",
-           "check_sync_time"}  # the others take a function
+           "check_sync_time", "check_kill_goodput"}  # the others take a function
 # (check name, its answer, the mistake it must name; None: it must pass)
 PLANTED = [
     ("check_global_max", _pmax, None),
@@ -191,6 +218,31 @@ PLANTED = [
     ("check_sync_time", 3 * 434_688 * 8 / 1e8 + 0.005, "one_latency"),
     ("check_sync_time", 1.5 * 434_688 * 8 / 1e8 + 6 * 0.005, "allreduce"),
     ("check_sync_time", 3 * 434_688 / 1e8 + 3 * 0.005, "bytes"),
+    # notebook 08's recorded kill run: five applies, its final row, two logs
+    ("check_apply_position", aex.apply_position, None),
+    ("check_apply_position", _apply(lambda a, b, p, t: _first(b, a) + t), None),
+    ("check_apply_position", _apply(lambda a, b, p, t: _first(b, p) + t), "from_publish"),
+    ("check_apply_position", _apply(lambda a, b, p, t: _first(b, a) + t, publish=False),
+     "ignores_publish"),
+    ("check_apply_position", _apply(lambda a, b, p, t: _first(b, a, strict=True) + t),
+     "strict_ask"),
+    ("check_apply_position", _apply(lambda a, b, p, t: _first(b, a) - 1 + t), "from_ask"),
+    ("check_apply_position", lambda *a: aex.apply_position(*a) - 1, "zero_based"),
+    ("check_apply_position", lambda *a: aex.apply_position(*a) + 1, "one_late"),
+    ("check_apply_position", lambda a, b, p, t: b[aex.apply_position(a, b, p, t) - 1], "time"),
+    ("check_kill_goodput", 143.5 / (4 * 18.017 / 0.2), None),
+    ("check_kill_goodput", 143.5 / 320, "done"),
+    ("check_kill_goodput", 143.5 / (3 * 18.017 / 0.2), "learners_up"),
+    ("check_kill_goodput", 320 / (4 * 18.017 / 0.2), "lost"),
+    ("check_kill_goodput", 143.5 / (18.017 / 0.2), "one_learner"),
+    ("check_kill_goodput", 100 * 143.5 / (4 * 18.017 / 0.2), "percent"),
+    ("check_kill_timing", aex.kill_timing, None),
+    ("check_kill_timing", _kill("right"), None),
+    ("check_kill_timing", _kill("from_detection"), "from_detection"),
+    ("check_kill_timing", _kill("window"), "window"),
+    ("check_kill_timing", _kill("past_window"), "past_window"),
+    ("check_kill_timing", _kill("absolute"), "absolute"),
+    ("check_kill_timing", _kill("other_learner"), "other_learner"),
 ]
 
 
@@ -263,7 +315,7 @@ def test_a_check_on_the_library_mesh_runs_on_many_workers_per_device():
 def test_blank_notebooks_are_generated_from_the_solutions():
     solutions = sorted((EXERCISES / "solutions").glob("*.py"))
     assert [p.name[:2] for p in solutions] == ["00", "01", "02", "03", "04", "05", "06",
-                                                "07"]
+                                                "07", "08"]
     for solution in solutions:
         text = solution.read_text()
         assert blank.blank_source(text) == (EXERCISES / solution.name).read_text(), (

@@ -18,6 +18,7 @@ student's code or a still-blank `...` becomes a sentence, never a traceback. A c
 | 06 goodput | `check_cluster_mtbf`, `check_young_interval`, `check_daly_interval`, |
 |  | `check_domain_goodput` |
 | 07 real links | `check_gather_bytes`, `check_sync_time` |
+| 08 actors | `check_apply_position`, `check_kill_goodput`, `check_kill_timing` |
 
 | 04 Decoupled | `check_token_weights`, `check_close_time`, `check_run_goodput` |
 
@@ -27,6 +28,7 @@ exercises alone.
 """
 
 from ._core import CHECKS, Result
+from .actors import check_apply_position, check_kill_goodput, check_kill_timing
 from .collectives import (
     check_allreduce_bytes,
     check_ddp_gradient,
@@ -64,4 +66,5 @@ __all__ = [
     "check_ddp_bandwidth", "check_decoupled_bandwidth",
     "check_cluster_mtbf", "check_young_interval", "check_daly_interval", "check_domain_goodput",
     "check_gather_bytes", "check_sync_time",
+    "check_apply_position", "check_kill_goodput", "check_kill_timing",
 ]
