@@ -297,3 +297,20 @@ def test_on_the_testbed_the_answers_and_fragments_cross_each_learners_link():
         assert host["rx_bytes"] > 0.4 * applied[m] * 4 * n[0] / 2
     assert real.final["learner_steps"] == 24
     assert ray_processes() == []
+
+
+def test_a_learner_killed_just_before_the_end_is_left_out_of_the_flush():
+    """Killed 0.3 s before the budget runs out, its death is reported after the end: the flush
+    must not take a Δ from it (dead, or a new process that never rejoined), and the run ends
+    with the replay's parameters."""
+    from diloco_lite.actors import train_actors
+
+    cfg = decoupled(steps=16, quorum=2, grace_safety=0.5,
+                    cluster=Cluster(step_time_s=0.25, failures=((1, 3.3, 60.0),)))
+    real = train_actors(cfg, progress=False)
+    assert real.final["failures"] == 1
+    flushed = [e for b in real.plan.blocks for e in b.events if e.kind == "close" and e.flush]
+    assert flushed and all(e.weights[1] == 0 for e in flushed)
+    replay = dl.train(cfg, progress=False, plan=real.plan)
+    assert max_abs_diff(real.params, replay.params) < 1e-5
+    assert ray_processes() == []

@@ -72,6 +72,7 @@ def _actor_classes():
             self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
             self.program = LearnerProgram(config, m, params)
             self.program.warm_up()
+            self.holds_state = False  # a restarted process holds nothing until it rejoins
 
         def pid(self):
             return os.getpid()
@@ -93,6 +94,7 @@ def _actor_classes():
                     return "ended"
                 leaves, inner, k, T = got
                 prog.reload(leaves, inner)
+            self.holds_state = True
             while True:
                 loss = prog.step(k)
                 T = max(T + self.timeline.duration(m, k), time.time() - t0)
@@ -112,6 +114,8 @@ def _actor_classes():
                 k += 1
 
         def flush_payload(self, p):
+            if not self.holds_state:
+                raise RuntimeError("a restarted learner that has not rejoined holds no Δ")
             return self.program.answer(p)
 
     @ray.remote(max_concurrency=64)
@@ -337,9 +341,22 @@ def _drive(ray, config, syncer, learners, pids, t0, progress, stall_s) -> dict:
             if st["ending"] is not None and not st["merging"] and all(
                     not st["up"][m] or m not in running.values() for m in range(M)):
                 break
-    for job in ray.get(syncer.flushes.remote()):
-        job.payloads = dict(zip(job.weights, ray.get(
-            [learners[m].flush_payload.remote(job.p) for m in job.weights]), strict=True))
+    while True:  # the flush: every payload first (a learner may turn out to be dead)
+        jobs, dead = ray.get(syncer.flushes.remote()), None
+        for job in jobs:
+            for m in job.weights:
+                try:
+                    job.payloads[m] = ray.get(learners[m].flush_payload.remote(job.p))
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
+                    # it died before the end (heard of only now), or a new process replaced it
+                    dead = m
+                    break
+            if dead is not None:
+                break
+        if dead is None:
+            break
+        ray.get(syncer.failed.remote(dead))
+    for job in jobs:
         ray.get(syncer.flush.remote(job))
     return ray.get(syncer.result.remote())
 

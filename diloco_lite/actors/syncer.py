@@ -171,7 +171,12 @@ class SyncerRuntime:
 
     def failed(self, m: int, now: float) -> None:
         """Learner m's process died: its unsynced work and its answers on the wire are lost."""
-        if not self.up[m] or self.ending is not None:
+        if not self.up[m]:
+            return
+        if self.ending is not None:  # heard of after the end: out of the flush, no more merges
+            self.up[m] = self.state.up[m] = False
+            self.rec.fail(m)
+            self.log.append((self.clock, "fail", m, -1))
             return
         self.advance(now - self.hold, before=FAIL)
         t = self._now(now)
