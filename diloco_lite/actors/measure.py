@@ -153,14 +153,18 @@ def measure(learners: int = 4, steps: int = 240, inner_steps: int = 20,
 
 
 def versus_ddp(learners: int = 4, steps: int = 40, gbit_per_s: float = 0.01,
-               inner_steps: int = 10, step_time_s: float = 0.02) -> dict:
+               inner_steps: int = 10, step_time_s: float = 0.1) -> dict:
     """The classroom-scale, measured version of "Decoupled DiLoCo over slow links": on the
     testbed (`learners` + 1 hosts behind `gbit_per_s` links), DDP on `learners` processes
     (`distributed.launch`) and Decoupled DiLoCo on actors (`hosts.train_on_testbed`), the same
     tokens; the wall-clock each takes to reach the same held-out loss (the worse of the two
     final losses), compilation left out, against the simulated clock's prediction for the same
-    configs; and each learner host's bytes on the wire against the booked bytes. The learners'
-    step time is about their compute time (a step never waits less than it computes)."""
+    configs; and each learner host's bytes on the wire against the booked bytes.
+
+    The learners' step time must not be shorter than what a step really takes (here about
+    0.04–0.08 s: 4 learner processes of the default model on 2 cores): the syncer asks on the
+    reference clock, so learners running behind it would be asked every few of their steps
+    (a measured 0.02 s gave 5–10 syncs per H steps, a saturated link and a diverging run)."""
     from ..clock import Link
     from ..config import DDP
     from ..distributed.launch import launch
