@@ -236,7 +236,7 @@ class SyncerRuntime:
 
     def publish(self, job: Merge, result, now: float) -> None:
         """The merged fragment is in: every up learner applies it τ of its own steps after its
-        first boundary since the ask (its next one, if still to come)."""
+        first boundary since the ask that came while the sync was open (else its next one)."""
         p, (new, outer, diag) = job.p, result
         for i, x in zip(self.frags[p], new, strict=True):
             self.global_[i] = x

@@ -103,7 +103,8 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
 
     def publish(p: int, weights: dict, receivers: int, wait_s: float, t: float) -> list:
         """Fragment p's new version reached the learners: each up learner applies it τ of its
-        own steps after its first step boundary since the ask (its next one, if still to come)."""
+        own steps after its first step boundary since the ask that came while the sync was open
+        (else its next one: one that fell between the close and the publish does not count)."""
         rec.close(p, weights, t, receivers=receivers, wait_s=wait_s)
         for m in range(M):
             if up[m]:
