@@ -159,7 +159,9 @@ def versus_ddp(learners: int = 4, steps: int = 40, gbit_per_s: float = 0.01,
     (`distributed.launch`) and Decoupled DiLoCo on actors (`hosts.train_on_testbed`), the same
     tokens; the wall-clock each takes to reach the same held-out loss (the worse of the two
     final losses), compilation left out, against the simulated clock's prediction for the same
-    configs; and each learner host's bytes on the wire against the booked bytes.
+    configs (DDP's with the compute time its run measured: its processes step at their own
+    speed, the learners at their padded one); and each learner host's bytes on the wire against
+    the booked bytes.
 
     The learners' step time must not be shorter than what a step really takes (here about
     0.04–0.08 s: 4 learner processes of the default model on 2 cores): the syncer asks on the
@@ -188,10 +190,19 @@ def versus_ddp(learners: int = 4, steps: int = 40, gbit_per_s: float = 0.01,
     rate = float((h.wall_time_s.iloc[-1] - h.wall_time_s.iloc[len(h) // 2])
                  / (h.step.iloc[-1] - h.step.iloc[len(h) // 2]))
     h["sim_time_s"] = h.wall_time_s - (h.wall_time_s.iloc[0] - h.step.iloc[0] * rate)
+    # DDP's processes step at their own compute speed, not at the learners' padded one: its
+    # simulated twin gets the compute time measured (its s per step less the clock's exchange)
     sims = {"ddp": train(ddp_cfg, progress=False), "dec": train(dec_cfg, progress=False)}
+    s = sims["ddp"].history
+    exchange = float((s.sim_time_s.iloc[-1] - s.sim_time_s.iloc[0])
+                     / (s.step.iloc[-1] - s.step.iloc[0])) - step_time_s
+    ddp_compute = max(rate - exchange, 1e-3)
+    sims["ddp"] = train(dataclasses.replace(ddp_cfg, cluster=Cluster(
+        step_time_s=ddp_compute, link=link)), progress=False)
     target = max(float(h.val_loss.iloc[-1]), float(dec.final.val_loss))
     sim_target = max(float(r.final.val_loss) for r in sims.values())
     out = dict(gbit_per_s=gbit_per_s, learners=learners, steps=steps, emulated=emulated,
+               step_time_s=step_time_s, ddp_s_per_step=rate, ddp_compute_s=ddp_compute,
                target_loss=target, ddp_s=time_to(h, target), dec_s=time_to(dec.history, target),
                sim_ddp_s=time_to(sims["ddp"].history, sim_target),
                sim_dec_s=time_to(sims["dec"].history, sim_target))
