@@ -138,15 +138,16 @@ def test_an_answer_sent_after_the_budget_is_left_out():
 ray = pytest.importorskip("ray", reason="the actor runtime's tests need Ray (the cluster extra)")
 
 
-def ray_processes(wait_s: float = 10.0) -> list:
-    """Ray's daemons still running (zombies aside), after waiting up to `wait_s` for killed ones
-    to go."""
+def ray_processes(wait_s: float = 20.0) -> list:
+    """Ray's processes still running (its daemons and its workers, `ray::…`; zombies aside),
+    after waiting up to `wait_s` for killed ones to go."""
     import time
 
     deadline = time.time() + wait_s
     while True:
         out = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True, text=True).stdout
-        alive = [line for line in out.splitlines() if ("raylet" in line or "gcs_server" in line)
+        alive = [line for line in out.splitlines()
+                 if any(k in line for k in ("raylet", "gcs_server", "ray::"))
                  and not line.startswith("Z") and "ps -eo" not in line]
         if not alive or time.time() > deadline:
             return alive
@@ -257,6 +258,7 @@ def test_ctrl_c_leaves_no_ray_process_behind(tmp_path):
         "from tests.test_actors import decoupled\n"
         "from diloco_lite.clock import Cluster\n"
         "train_actors(decoupled(steps=2000, cluster=Cluster(step_time_s=0.05)), progress=False)\n")
+    assert ray_processes() == []  # none left by an earlier test: the ones below are its own
     proc = subprocess.Popen([sys.executable, str(script)], cwd=os.getcwd(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": os.getcwd()})
