@@ -77,11 +77,11 @@ def _actor_classes():
         def pid(self):
             return os.getpid()
 
-        def _fetch(self, ref):
+        def _fetch(self, p, ref):
             """Θ_p of a published fragment: fetched in the background since it was announced
             (over a real link it takes time: the learner should not wait for it when due)."""
-            future = self.fetching.pop(ref, None)
-            return future.result() if future is not None else ray.get(ref)
+            announced, future = self.fetching.pop(p, (None, None))
+            return future.result() if announced == ref else ray.get(ref)
 
         def run(self, syncer, t0, back_at=None):
             prog, m = self.program, self.m
@@ -105,10 +105,10 @@ def _actor_classes():
                     return "done"
                 for p, sync in reply.answer:
                     syncer.answered.remote(m, p, sync, prog.answer(p), T)
-                for _, ref in reply.fetch:
-                    self.fetching[ref] = self.pool.submit(ray.get, ref)
+                for p, ref in reply.fetch:  # the newest version of p replaces an older one
+                    self.fetching[p] = (ref, self.pool.submit(ray.get, ref))
                 for p, ref in reply.apply:
-                    prog.apply(p, self._fetch(ref))
+                    prog.apply(p, self._fetch(p, ref))
                 if reply.upload:
                     ray.get(syncer.peer_state.remote(m, prog.inner_state()))
                 k += 1
