@@ -279,15 +279,17 @@ def reproduce(*, quick: bool = False, only: tuple[str, ...] = JOBS, figures_dir=
 
 def write_results(table: pd.DataFrame, figures_dir: Path, merge: bool = False) -> None:
     """`results.json` and `results.md` in `figures_dir`; with `merge`, keep the rows of the
-    experiments that were not re-run."""
+    experiments that were not re-run, and each experiment where it was in the table."""
     from .experiments import published
 
     figures_dir.mkdir(parents=True, exist_ok=True)
     path = figures_dir / "results.json"
     if merge and path.exists():
         old = pd.DataFrame(json.loads(path.read_text()))
+        order = {e: i for i, e in enumerate(dict.fromkeys([*old.experiment, *table.experiment]))}
         old = old[~old.experiment.isin(table.experiment.unique())]
         table = pd.concat([old, table], ignore_index=True)
+        table = table.sort_values("experiment", key=lambda e: e.map(order), kind="stable")
     table = table.reindex(columns=list(COLUMNS))  # rows of an older table lack std and seeds
     records = [{k: _clean(v) for k, v in r.items()} for r in table.to_dict("records")]
     for r in records:

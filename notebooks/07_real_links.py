@@ -144,8 +144,10 @@ print(f"DiLoCo's speed-up for the same tokens: {ddp_step / dil_step:.1f}x (at M 
 # compute time of one step; then at each link rate DDP and DiLoCo run on the testbed with
 # `Cluster(step_time_s=t, link=Link(rate))` in their config, so each history's `sim_time_s` is
 # the simulated clock's prediction for that very run. Per run it reads the interface counters
-# of every host. (Quick mode: 2 hosts, one rate, a few steps. `make reproduce` runs the full
-# measurement and puts it in `figures/results.md`.)
+# of every host. Times are read over each run's second half, after every compilation, and the
+# runs on fast links are longer so that this half lasts a few seconds. (Quick mode: 2 hosts,
+# one rate, about a second per window. `make reproduce` runs the full measurement and puts it
+# in `figures/results.md`.)
 
 # %%
 with Testbed(hosts=1, quiet=True) as probe:  # can this machine build hosts?
@@ -193,7 +195,13 @@ else:
 #   DiLoCo fragment's payloads are laid end to end as bytes (`wire.to_bytes`) before its
 #   all-gather. Otherwise a 26-tensor model pays 26 rings of hops per sync.
 # - **Shared CPUs.** On one machine the "hosts" share its cores: the compute time per step
-#   measured first already includes that, and it varies while other jobs run.
+#   measured first already includes that, and it varies while other jobs run. Sharing also
+#   decides *where* to start a stopwatch. Only process 0 evaluates. If its first evaluation
+#   (which compiles the evaluator) opens the window, the others have already run ahead into
+#   the next block, and process 0 then runs nearly alone. An earlier version of this
+#   measurement did that. It read the compute time as 18 ms per step instead of about 40, and
+#   DiLoCo's time came out ×1.6 the clock's on fast links: an error of the stopwatch, not of
+#   the network. Now each window opens only once every process runs in step.
 #
 # At the slowest link, DiLoCo against DDP for the same tokens, measured and simulated:
 

@@ -58,8 +58,9 @@ def test_results_table_merges_the_experiments_not_rerun(tmp_path):
     reproduce.write_results(pd.DataFrame([row, {**row, "experiment": "goodput"}]), tmp_path)
     reproduce.write_results(pd.DataFrame([{**row, "value": 3.0}]), tmp_path, merge=True)
     records = json.loads((tmp_path / "results.json").read_text())
-    assert {(r["experiment"], r["value"]) for r in records} == {("goodput", 1.0),
-                                                                ("bandwidth", 3.0)}
+    # the re-run experiment keeps its place: bandwidth first, as it was
+    assert [(r["experiment"], r["value"]) for r in records] == [("bandwidth", 3.0),
+                                                                ("goodput", 1.0)]
     assert "| bandwidth | ddp | m | 3 | 2 |" in (tmp_path / "results.md").read_text()
 
 

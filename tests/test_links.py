@@ -55,6 +55,22 @@ def test_the_figures_render(tmp_path):
 
 def test_settings_quick_is_small_and_full_is_the_issues_measurement():
     assert measure.settings(False) == dict(hosts=4, rates=(0.01, 0.1, 1.0), steps=40,
-                                           inner_steps=10)
+                                           inner_steps=10, window_s=4.0)
     quick = measure.settings(True)
     assert quick["hosts"] == 2 and len(quick["rates"]) == 1 and quick["steps"] <= 12
+    assert quick["window_s"] <= 1.0
+
+
+def test_the_window_opens_at_half_the_steps():
+    # rows every steps/4: the first row (evaluator and sync compiled before it, process 0 late)
+    # must not open the window; by hand: (9.0 - 5.0) s / (40 - 20) steps
+    history = pd.DataFrame(dict(step=[10, 20, 30, 40], wall_time_s=[1.0, 5.0, 7.0, 9.0]))
+    assert measure._window(history, "wall_time_s") == pytest.approx(0.2)
+
+
+def test_run_length_fills_the_window():
+    # 2 x 4 s / 0.05 s = 160 steps, rounded up to a multiple of 4 H = 40
+    assert measure._steps(0.05, 40, 40, 4.0) == 160
+    assert measure._steps(0.06, 40, 4, 4.0) == 136  # 133.3 -> 136
+    assert measure._steps(0.6, 40, 4, 4.0) == 40  # slow link: never fewer than `least`
+    assert measure._steps(1e-4, 40, 4, 4.0) == 480  # never more than 12 x `least`
