@@ -74,7 +74,7 @@ stress: $(STAMP)
 
 ## make measure-links: the lock-step methods on 4 testbed hosts at 10 / 100 / 1000 Mbit/s,
 ## measured wall-clock and bytes on the wire against the simulated clock and the booking
-## (root and iproute2; minutes; not in `make test`)
+## (root and iproute2; about 5 min on 2 cores; not in `make test`)
 measure-links: $(STAMP)
 	$(PY) -m diloco_lite.distributed.measure
 
