@@ -111,12 +111,23 @@ def test_emulate_devices_raises_the_collective_timeouts_unless_set():
     flags = run({"JAX_PLATFORMS": "cpu", "XLA_FLAGS": mine})
     assert mine in flags and "terminate_timeout_seconds=1800" not in flags
     assert "warn_stuck_timeout_seconds=120" in flags
-    # single-threaded ops when the devices alone fill the cores, not with one device
-    import os
-
-    assert ("--xla_cpu_multi_thread_eigen=false" in flags) == (2 >= (os.cpu_count() or 1))
+    # single-threaded ops with more than one device, not with one
+    assert "--xla_cpu_multi_thread_eigen=false" in flags
     one = run({"JAX_PLATFORMS": "cpu", "DILOCO_LITE_DEVICES": "1"})
     assert "multi_thread_eigen" not in one
+
+
+def test_single_threaded_ops_whatever_the_core_count(monkeypatch):
+    # multi-threaded ops round vmapped workers differently: a 16-core machine must set the same
+    # flag as this project's 2 cores for 2 (and 8) devices, and leave one device its threads
+    import os
+
+    devices = dl_devices()
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    for n, single in ((2, True), (8, True), (1, False)):
+        monkeypatch.setenv("XLA_FLAGS", "")
+        devices._set_xla_flags(n)
+        assert ("--xla_cpu_multi_thread_eigen=false" in os.environ["XLA_FLAGS"]) == single, n
 
 
 def test_device_count_switch_overrides_the_argument():
