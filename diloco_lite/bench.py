@@ -41,10 +41,11 @@ loaded the machine during some pairs, so about ±5%):
 The code before all of these (commit d08f499), same machine, paired processes, 150-step runs:
 86-87K tokens/s against today's 105-109K; the 148.8K of issue 20 was not a loss to them.
 
-Toward issue 20's 160K tokens/s (DiLoCo H=50, M=8, steady state, quiet machine, 2026-12-05,
-one 300-400-step run each, ±4% between runs): by layout, 1 device (8 workers vmapped, XLA's
-multi-threaded ops) 88.7K, 2 devices 115-123K, 8 devices 106K; on 2 devices, by XLA flag:
-none 123K, --xla_cpu_use_onednn=true 126K, --xla_cpu_use_xnnpack=false 125K,
+Toward issue 20's 160K tokens/s (`end_to_end_configs`' DiLoCo H=50 at 300-400 steps,
+`steady_tokens_per_s` from step 100, in a process per setting with `$DILOCO_LITE_DEVICES` and
+`XLA_FLAGS` set; quiet machine, 2026-12-05, ±4% between runs): by layout, 1 device (8 workers
+vmapped, XLA's multi-threaded ops) 88.7K, 2 devices 115-123K, 8 devices 106K; on 2 devices, by
+XLA flag: none 123K, --xla_cpu_use_onednn=true 126K, --xla_cpu_use_xnnpack=false 125K,
 --xla_cpu_enable_concurrency_optimized_scheduler=true 124K, --xla_cpu_multi_thread_eigen=true
 122K, --xla_cpu_experimental_ynn_fusion_type= (YNNPACK fusions off) 119K. None is more than the
 noise; the last two also change the trained parameters' rounding. 160K would be about 41% of

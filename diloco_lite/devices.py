@@ -35,9 +35,10 @@ AXIS = "workers"
 #   them off (`--xla_cpu_multi_thread_eigen=false`; about as fast, measured with `make bench`).
 #   We turn them off for every count above one, on any number of cores, because they also
 #   change the float rounding where several workers are vmapped on a device: `make reproduce`'s
-#   2 devices trained DiLoCo (M = 8, 150 steps) to parameters with an absolute sum of
-#   10157.334245121983 single-threaded and 10157.334252364515 multi-threaded, each repeatable. A
-#   machine with more cores than devices would otherwise not reproduce the committed numbers.
+#   2 devices trained `RunConfig(algorithm=DiLoCo(inner_steps=50), steps=150)` to parameters
+#   whose Σ|θ| (float64) is 10157.334245121983 single-threaded and 10157.334252364515
+#   multi-threaded, each repeatable. A machine with more cores than devices would otherwise not
+#   reproduce the committed numbers.
 #   (8 devices, one worker each, gave the same bits both ways. One device keeps XLA's threads:
 #   they are its only parallelism, and its numbers may differ with the core count.)
 # Every flag is left alone when the user set it in XLA_FLAGS.

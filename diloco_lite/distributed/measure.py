@@ -26,8 +26,9 @@ must fall before the window, and every process must enter it together. Process 0
 evaluates: when its first evaluation (which compiles the evaluator: seconds) opened the window,
 the other processes had already run ahead into the next block on the shared cores, and process
 0 then ran its share of the window nearly alone. With one sync per window that read the compute
-time as 18 ms per step instead of the 37-43 ms that four processes on two cores take, and every
-DiLoCo prediction came out too fast by the difference (×1.35 and ×1.61 at 100 and 1000 Mbit/s).
+time as 18 ms per step instead of the 36-43 ms that four processes on two cores take (what
+this module reads now), and every DiLoCo prediction came out too fast by the difference (×1.35
+and ×1.61 at 100 and 1000 Mbit/s).
 Runs now evaluate every steps/4 steps (the evaluator compiles at steps/4), the window runs from
 the row at steps/2 to the last, and each run is long enough that its window lasts about
 `window_s` seconds at the rate it is measured at (`_steps`): a hiccup of the shared machine
@@ -106,8 +107,7 @@ def measure(hosts: int = 4, rates=(0.01, 0.1, 1.0), steps: int = 40, inner_steps
         cluster = Cluster(step_time_s=t_step,
                           link=Link(gbit_per_s=rate, latency_s=latency_s + hop_s))
         for algo in (DDP(), DiLoCo(inner_steps=inner_steps)):
-            gather = not isinstance(algo, DDP)
-            factor, n_hops = exchange_cost(hosts, gather=gather)
+            factor, n_hops = exchange_cost(hosts, gather=not isinstance(algo, DDP))
             every = 1 if isinstance(algo, DDP) else inner_steps
             guess = t_step + (n_hops * (latency_s + hop_s)
                               + factor * per_exchange[algo.name] * 8 / (rate * 1e9)) / every
