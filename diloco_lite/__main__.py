@@ -28,8 +28,10 @@ def main(argv=None) -> int:
                           "on loopback), actors (Decoupled DiLoCo on Ray actors against the "
                           "simulated clock: needs Ray, else skipped)")
     rep.add_argument("--groups", default=None,
-                     help="comma-separated training groups to run (default: all); the results "
-                          "table keeps the rows of the others")
+                     help="comma-separated training groups to run (default: all but "
+                          "'scaling', which has its own target: make reproduce-scaling, about "
+                          "an hour; it is read from the cache when every run is there); the "
+                          "results table keeps the rows of the others")
     rep.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     bench = sub.add_parser("bench", help="speed against a minimal hand-written JAX loop")
     bench.add_argument("--stress", action="store_true",

@@ -195,6 +195,15 @@ class Session:
     def run_group(self, name: str) -> dict[str, pd.DataFrame]:
         return {label: self.run(cfg) for label, cfg in self.groups[name].items()}
 
+    def cached_group(self, name: str) -> dict[str, pd.DataFrame] | None:
+        """The group's histories when every run is in the cache (nothing trained), else None:
+        for the groups of `experiments.SEPARATE`, too long to train from a notebook."""
+        paths = {label: runs_dir(self.quick) / f"{run_key(cfg)}.csv"
+                 for label, cfg in self.groups[name].items()}
+        if not all(p.exists() for p in paths.values()):
+            return None
+        return {label: pd.read_csv(p) for label, p in paths.items()}
+
     def show(self, name: str, histories: dict, only=None) -> None:
         """Save every figure of group `name`; display those in `only` (default: all)."""
         from IPython.display import display
@@ -211,14 +220,24 @@ def training_job(figures_dir: Path, quick: bool, progress: bool = True,
                  groups: tuple[str, ...] | None = None) -> list[dict]:
     """Every training group (or those in `groups`): runs, figures, rows. The tuning group runs
     first; when its runs choose another outer lr than `protocol.TUNED` records, it says so (the
-    runs after it use the recorded one)."""
+    runs after it use the recorded one). By default (`groups` None) the groups of
+    `experiments.SEPARATE` are only read: from the cache when every run is there, else skipped
+    (their rows stay as they are in the results table), never trained."""
     from . import experiments
-    from .experiments import protocol
 
     rows = []
     for group, configs in experiments.groups(quick).items():
         if groups is not None and group not in groups:
             continue
+        if groups is None and group in experiments.SEPARATE:
+            missing = sum(not (runs_dir(quick) / f"{run_key(c)}.csv").exists()
+                          for c in configs.values())
+            if missing:
+                print(f"[reproduce] group '{group}' has its own target (make reproduce-"
+                      f"{group}): {missing} of its {len(configs)} runs are not cached under "
+                      "the current code, so its rows and figures are left as they are",
+                      flush=True)
+                continue
         print(f"[reproduce] training group '{group}': {len(configs)} runs", flush=True)
         start = time.perf_counter()
         histories = {label: run_cached(cfg, runs_dir(quick), progress=progress)
@@ -228,8 +247,8 @@ def training_job(figures_dir: Path, quick: bool, progress: bool = True,
         rows += experiments.rows(group, histories)
         print(f"[reproduce] group '{group}' done in {time.perf_counter() - start:.0f} s",
               flush=True)
-        if group == "tuning" and not quick:
-            for sentence in protocol.disagreements(histories):
+        if not quick:
+            for sentence in experiments.disagreements(group, histories):
                 print(f"[reproduce] WARNING: {sentence}", flush=True)
     return rows
 
@@ -273,19 +292,26 @@ def reproduce(*, quick: bool = False, only: tuple[str, ...] = JOBS, figures_dir=
             rows += actors_measure.reproduce_job(figures_dir, quick)
         print(f"[reproduce] {job} done in {time.perf_counter() - start:.0f} s", flush=True)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
-    write_results(table, figures_dir, merge=set(only) != set(JOBS) or groups is not None)
+    # a separate group that was not read keeps its rows (training_job said so)
+    keep = tuple(e for e in experiments.SEPARATE_EXPERIMENTS if e not in set(table.experiment))
+    write_results(table, figures_dir, merge=set(only) != set(JOBS) or groups is not None,
+                  keep=keep)
     return table
 
 
-def write_results(table: pd.DataFrame, figures_dir: Path, merge: bool = False) -> None:
+def write_results(table: pd.DataFrame, figures_dir: Path, merge: bool = False,
+                  keep: tuple[str, ...] = ()) -> None:
     """`results.json` and `results.md` in `figures_dir`; with `merge`, keep the rows of the
-    experiments that were not re-run, and each experiment where it was in the table."""
+    experiments that were not re-run, and each experiment where it was in the table; without,
+    keep only those of the experiments in `keep`."""
     from .experiments import published
 
     figures_dir.mkdir(parents=True, exist_ok=True)
     path = figures_dir / "results.json"
-    if merge and path.exists():
+    if (merge or keep) and path.exists():
         old = pd.DataFrame(json.loads(path.read_text()))
+        if not merge:
+            old = old[old.experiment.isin(keep)]
         order = {e: i for i, e in enumerate(dict.fromkeys([*old.experiment, *table.experiment]))}
         old = old[~old.experiment.isin(table.experiment.unique())]
         table = pd.concat([old, table], ignore_index=True)

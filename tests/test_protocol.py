@@ -1,5 +1,6 @@
-"""The papers' protocol (`experiments.protocol`): tuning on the tune plays, the scaling-law
-findings, the warm-start table, the outer learning rate, and the results table's notes."""
+"""The papers' protocol (`experiments.protocol`): tuning on the tune plays, the warm-start
+table, the outer learning rate, and the results table's notes (the scaling-law sweep:
+tests/test_scaling.py)."""
 
 import math
 
@@ -36,41 +37,6 @@ def test_the_outer_lr_is_chosen_on_the_tune_plays_never_on_the_test_plays(monkey
     assert "set experiments.protocol.TUNED['DiLoCo'] = 0.4" in said[0]
 
 
-def _scaling_histories(pct: dict, big: tuple[float, float]) -> dict:
-    """Histories of a scaling sweep whose DiLoCo test loss is DDP's × (1 + pct/100)."""
-    out = {}
-    for (size, steps), by_m in pct.items():
-        out[protocol.scaling_label(size, steps, "DDP")] = _final(test_loss=2.0,
-                                                                 test_accuracy=0.5)
-        for m, p in by_m.items():
-            out[protocol.scaling_label(size, steps, f"M={m}")] = _final(
-                test_loss=2.0 * (1 + p / 100), test_accuracy=0.5)
-    size, steps = list(pct)[-1]
-    steps //= protocol.LARGE_BATCH  # the 4x-batch runs: a quarter of the steps, equal tokens
-    out[protocol.scaling_label(size, steps, "DDP, 4× batch")] = _final(test_loss=big[0],
-                                                                       test_accuracy=0.4)
-    out[protocol.scaling_label(size, steps, "M=8, 4× batch")] = _final(test_loss=big[1],
-                                                                       test_accuracy=0.4)
-    return out
-
-
-def test_the_scaling_findings_follow_the_papers_definitions():
-    paper_like = {("small", 600): {1: -0.1, 2: 0.7, 4: 2.0, 8: 3.9},
-                  ("large", 600): {1: -0.4, 2: -0.1, 4: 0.3, 8: 1.1}}
-    # DDP's loss rises 10% at 4x the batch (2.0 -> 2.2), DiLoCo's 2% (2.022 -> 2.0624)
-    f = protocol.findings(_scaling_histories(paper_like, (2.2, 2.0 * 1.011 * 1.02)))
-    assert f.reproduced.tolist() == [True, True, True, True]
-    assert "+3.9%" in f.evidence[1] and "-0.4" in f.evidence[0]
-    table = protocol.scaling_table(_scaling_histories(paper_like, (2.2, 2.1)))
-    row = table[(table["size"] == "small") & (table.M == 8)]
-    assert row.loss_vs_ddp_pct.iloc[0] == pytest.approx(3.9)
-    # the opposite world: M = 1 worse, gaps shrinking with M, growing with size, big batch hurts
-    other = {("small", 600): {1: 1.0, 2: 0.8, 4: 0.5, 8: 0.2},
-             ("large", 600): {1: 2.0, 2: 1.0, 4: 0.9, 8: 0.8}}
-    f = protocol.findings(_scaling_histories(other, (2.1, 2.0 * 1.008 * 1.2)))
-    assert f.reproduced.tolist() == [False, False, False, False]
-
-
 def test_warm_table_compares_each_method_with_ddp_in_the_same_regime():
     acc = {("DDP", "from scratch"): 0.48, ("DDP", "warm start"): 0.50,
            ("DiLoCo", "from scratch"): 0.45, ("DiLoCo", "warm start"): 0.49}
@@ -90,13 +56,9 @@ def test_every_protocol_group_shares_the_protocol_and_the_warm_start():
         w = next(iter(warm.values())).warm_start
         assert w.algorithm == dl.DDP() and w.steps == protocol.WARM_STEPS[quick]
         assert all(c.data_offset == w.steps for c in warm.values())
-        tokens = {c.tokens_per_step * c.steps for k, c in g["scaling"].items()
-                  if f"· {protocol.STEPS[quick]} steps ·" in k or "4×" in k}
-        assert len(tokens) == 1  # the M sweep and the 4x batch: equal tokens
-        big = g["scaling"][next(k for k in g["scaling"] if k.endswith("M=8, 4× batch"))]
-        assert big.global_batch == 4 * 8 * protocol.BATCH[quick]
-    full = protocol.groups(False)["scaling"]
-    assert {c.global_batch for k, c in full.items() if "4×" not in k} == {32}
+        m = protocol.m_sweep(quick)  # notebook 02's M sweep: equal tokens, global batch 32
+        assert len({c.tokens_per_step * c.steps for c in m.values()}) == 1
+        assert {c.global_batch for c in m.values()} == {8 * protocol.BATCH[quick]}
 
 
 def test_outer_lr_is_nesterov_at_that_rate_and_validated():
@@ -135,3 +97,17 @@ def test_every_published_row_says_why_it_differs_and_the_others_say_none():
                     value=-0.8, published=-12.7)
     assert "2-bit" in published.note({**ablation, "method": "2-bit"})
     assert "one seed" in published.note({**ablation, "method": "mean, M=8"})
+
+
+def test_a_chosen_outer_lr_on_the_grids_edge_says_so():
+    # tune loss lowest at 1.0 for DiLoCo (inside the grid), at the grid's top for Streaming
+    tune = {"DiLoCo": {0.4: 2.3, 0.7: 2.1, 1.0: 2.0, 1.3: 2.2},
+            "Streaming DiLoCo": {0.4: 2.3, 0.7: 2.2, 1.0: 2.1, 1.3: 2.0}}
+    histories = {f"{m} · outer lr {lr:g}": _final(tune_loss=v, tune_accuracy=0.3, test_loss=2.0)
+                 for m, by_lr in tune.items() for lr, v in by_lr.items()}
+    assert set(protocol.OUTER_LRS) == {0.4, 0.7, 1.0, 1.3}
+    chosen = {r["method"]: r for r in protocol.rows("tuning", histories)
+              if r["metric"] == "chosen outer lr (tune plays)"}
+    assert chosen["DiLoCo"]["value"] == 1.0 and "EDGE" not in chosen["DiLoCo"]["config"]
+    assert chosen["Streaming DiLoCo"]["value"] == 1.3
+    assert "ON THE GRID'S EDGE" in chosen["Streaming DiLoCo"]["config"]

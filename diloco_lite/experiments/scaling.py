@@ -1,0 +1,523 @@
+"""The scaling-law sweep (Charles et al. 2025, arXiv 2503.09799) at classroom scale, tuned.
+
+Three model sizes, 10.6k to 109k parameters (10×), each trained on **40 tokens per parameter**
+(`TOKENS_PER_PARAM`), at a global batch fixed per size (`GLOBAL_BATCH`, grown with the model so
+that every size takes about the same number of steps: 26–27 outer steps at H = 32). For each
+size: DDP, and DiLoCo with M ∈ {1, 2, 4, 8} workers sharing that global batch (M × B).
+
+Why 40 and not the paper's 20: at 20 our smallest model would see 211k characters, 412 steps of
+8 sequences (the fewest 8 workers can share), 13 outer steps at H = 32: too few syncs for DiLoCo
+to say anything. 40 gives every size 24–27 outer steps, and the default model (109k) 4.4M
+characters, about what the quality runs give it (4.9M). H = 32, not the paper's 30: it divides
+by 4, for the batch runs below.
+
+Every learning rate is chosen on the **tune plays**, every number reported on the **test plays**:
+- DDP's inner lr from `INNER_LRS`, per size (seed 0);
+- DiLoCo's outer lr from `OUTER_LRS`, per size and M, at DDP's inner lr (seed 0);
+- whether DiLoCo's inner lr matters: M = 1 and 8 at the grid's neighbours of DDP's (×½, ×2);
+- the chosen settings then run with seeds 1 and 2 too (`SEEDS`): the table reports the mean
+  and standard deviation over the three, the gap to DDP paired by seed.
+The choices are recorded in `CHOSEN` (what the seed runs use, so that the group stays static);
+`disagreements` says when the grid's runs choose otherwise, and `reproduce-scaling` warns.
+
+The batch finding (`LARGE_BATCH`): on the largest model, DDP and DiLoCo M = 8 at 4× the global
+batch, on the same tokens, so a quarter of the steps — and DiLoCo at H / 4, so that it takes the
+same number of outer steps: the batch is the only change. Both are tuned again at that batch.
+
+This group is not part of `make reproduce` (`SEPARATE`): it takes about an hour on 2 cores
+(`make reproduce-scaling`). Quick mode keeps every code path on two tiny models.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..config import DDP, DiLoCo, ModelConfig, RunConfig
+
+GROUPS = ("scaling",)
+EXPERIMENT = "scaling law"  # the results table's experiment of its rows
+SEQ_LEN = 64
+# size -> (model, parameters, global batch in sequences). The counts are the model's with the
+# corpus's 76-character vocabulary (tests/test_scaling.py checks them against the model).
+SIZES = {
+    False: {"11k": (ModelConfig(d_model=24, n_layers=1, n_heads=2), 10_560, 8),
+            "30k": (ModelConfig(d_model=32, n_layers=2, n_heads=2), 29_760, 24),
+            "109k": (ModelConfig(), 108_672, 80)},
+    True: {"2k": (ModelConfig(d_model=8, n_layers=1, n_heads=2), 1_984, 8),
+           "6k": (ModelConfig(d_model=16, n_layers=1, n_heads=2), 5_504, 16)},
+}
+TOKENS_PER_PARAM = {False: 40, True: 4}
+H = {False: 32, True: 4}
+INNER_LRS = {False: (1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2, 4.8e-2, 9.6e-2), True: (3e-3, 1e-2)}
+OUTER_LRS = {False: (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2), True: (0.4, 1.0)}
+SEEDS = {False: (0, 1, 2), True: (0, 1)}
+WORKERS = (1, 2, 4, 8)
+CHECK_INNER = (1, 8)  # the M whose inner lr is checked
+LARGE_BATCH = 4
+EVAL_BATCHES = {False: 16, True: 2}
+# The causes (`cause_cells`): on the smaller sizes, 4× the outer steps, and 4× the tokens.
+CAUSES = {False: ("11k", "30k"), True: ("2k",)}
+MORE = 4
+CAUSE_INNER_LRS = {False: (6e-3, 1.2e-2, 2.4e-2), True: (3e-3, 1e-2)}
+CAUSE_OUTER_LRS = {False: (0.2, 0.4, 0.6, 0.8), True: (0.4, 1.0)}
+
+# The choices on the tune plays (`choices`), per (size, batch factor): DDP's inner lr ("DDP")
+# and DiLoCo's outer lr per M. The seed runs, and the grids after DDP's, use these.
+CHOSEN = {
+    False: {("11k", 1): {"DDP": 2.4e-2, 1: 0.6, 2: 0.4, 4: 0.4, 8: 0.4},
+            ("30k", 1): {"DDP": 2.4e-2, 1: 0.4, 2: 0.6, 4: 0.6, 8: 0.6},
+            ("109k", 1): {"DDP": 4.8e-2, 1: 0.6, 2: 0.8, 4: 0.8, 8: 0.8},
+            ("109k", 4): {"DDP": 2.4e-2, 8: 0.8}},
+    True: {("2k", 1): {"DDP": 1e-2, 1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0},
+           ("6k", 1): {"DDP": 1e-2, 1: 0.4, 2: 0.4, 4: 0.4, 8: 0.4},
+           ("6k", 4): {"DDP": 1e-2, 8: 1.0}},
+}
+
+# The same at 4× the tokens (160 per parameter), per size: DDP's inner lr and DiLoCo's outer lr.
+CHOSEN_LONGER = {False: {"11k": {"DDP": 1.2e-2, 1: 0.4, 8: 0.6},
+                         "30k": {"DDP": 1.2e-2, 1: 0.4, 8: 0.6}},
+                 True: {"2k": {"DDP": 1e-2, 1: 1.0, 8: 0.4}}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One run of the sweep; `label` and `parse` are inverse (the histories are keyed by it)."""
+
+    size: str
+    factor: int  # the global batch, × the size's
+    m: int  # 0: DDP
+    inner_lr: float
+    outer_lr: float | None
+    seed: int
+    more_syncs: int = 1  # H / more_syncs: that many times the outer steps, on the same tokens
+    more_tokens: int = 1  # that many times the steps (and tokens), at the same H
+
+    @property
+    def method(self) -> str:
+        return "DDP" if self.m == 0 else f"M={self.m}"
+
+    @property
+    def label(self) -> str:
+        outer = f" · outer lr {self.outer_lr:g}" if self.m else ""
+        syncs = f" · outer steps ×{self.more_syncs}" if self.more_syncs != 1 else ""
+        syncs += f" · tokens ×{self.more_tokens}" if self.more_tokens != 1 else ""
+        return (f"{self.size} · {self.factor}× batch · {self.method} · lr {self.inner_lr:g}"
+                f"{outer}{syncs} · seed {self.seed}")
+
+    @classmethod
+    def parse(cls, label: str) -> Cell:
+        size, factor, method, *knobs = label.split(" · ")
+        values = {k: v for k, _, v in (p.rpartition(" ") for p in knobs)}
+        return cls(size=size, factor=int(factor.split("×")[0]),
+                   m=0 if method == "DDP" else int(method.split("=")[1]),
+                   inner_lr=float(values["lr"]),
+                   outer_lr=float(values["outer lr"]) if "outer lr" in values else None,
+                   seed=int(values["seed"]),
+                   more_syncs=int(values.get("outer steps", "×1").lstrip("×")),
+                   more_tokens=int(values.get("tokens", "×1").lstrip("×")))
+
+
+def steps(quick: bool, size: str) -> int:
+    """The run length at the size's global batch: `TOKENS_PER_PARAM` × parameters, in whole
+    outer steps of H (the nearest)."""
+    _, n_params, batch = SIZES[quick][size]
+    h = H[quick]
+    return h * max(1, round(TOKENS_PER_PARAM[quick] * n_params / (batch * SEQ_LEN * h)))
+
+
+def config(quick: bool, cell: Cell) -> RunConfig:
+    """The RunConfig of a cell: at `factor`× the batch, 1/factor of the steps and DiLoCo's H
+    (the same tokens, the same outer steps); warm-up 1/16 of the run, 8 evaluations."""
+    model, _, batch = SIZES[quick][cell.size]
+    n = steps(quick, cell.size) * cell.more_tokens // cell.factor
+    workers = cell.m or 8
+    algorithm = (DDP() if cell.m == 0
+                 else DiLoCo(inner_steps=H[quick] // cell.factor // cell.more_syncs,
+                             outer_lr=cell.outer_lr))
+    return RunConfig(algorithm=algorithm, workers=workers,
+                     batch_size=batch * cell.factor // workers, seq_len=SEQ_LEN, steps=n,
+                     model=model, learning_rate=cell.inner_lr, warmup_steps=max(1, n // 16),
+                     eval_every=max(1, n // 8), eval_batches=EVAL_BATCHES[quick], seed=cell.seed)
+
+
+def cells(quick: bool) -> list[Cell]:
+    """Every run, in the order that lets each stage use the choices of the one before: DDP's
+    grids, DiLoCo's outer-lr grids, the inner-lr check, the seeds; then the same at 4× batch."""
+    out: list[Cell] = []
+    sizes = list(SIZES[quick])
+    for size, factor in [(s, 1) for s in sizes] + [(sizes[-1], LARGE_BATCH)]:
+        chosen = CHOSEN[quick][(size, factor)]
+        ms = WORKERS if factor == 1 else (8,)
+        out += [Cell(size, factor, 0, lr, None, 0) for lr in INNER_LRS[quick]]
+        out += [Cell(size, factor, m, chosen["DDP"], o, 0) for m in ms for o in OUTER_LRS[quick]]
+        if factor == 1:
+            out += [Cell(size, factor, m, lr, chosen[m], 0) for m in CHECK_INNER
+                    for lr in neighbours(INNER_LRS[quick], chosen["DDP"])]
+        for seed in SEEDS[quick][1:]:
+            out += [Cell(size, factor, 0, chosen["DDP"], None, seed)]
+            out += [Cell(size, factor, m, chosen["DDP"], chosen[m], seed) for m in ms]
+    return out + cause_cells(quick)
+
+
+def cause_cells(quick: bool) -> list[Cell]:
+    """The two checks of why DiLoCo trails DDP at our scale, on the smaller sizes (`CAUSES`),
+    for M in `CHECK_INNER`: `MORE`× the outer steps on the same tokens (H / 4; seed 0, the outer
+    lr chosen on the tune plays), and `MORE`× the tokens at the same H (every lr chosen again,
+    recorded in `CHOSEN_LONGER`; seeds 0 and 1)."""
+    out: list[Cell] = []
+    for size in CAUSES[quick]:
+        inner = CHOSEN[quick][(size, 1)]["DDP"]
+        out += [Cell(size, 1, m, inner, o, 0, more_syncs=MORE) for m in CHECK_INNER
+                for o in CAUSE_OUTER_LRS[quick]]
+        longer = CHOSEN_LONGER[quick][size]
+        out += [Cell(size, 1, 0, lr, None, 0, more_tokens=MORE) for lr in CAUSE_INNER_LRS[quick]]
+        out += [Cell(size, 1, m, longer["DDP"], o, 0, more_tokens=MORE) for m in CHECK_INNER
+                for o in CAUSE_OUTER_LRS[quick]]
+        out += [Cell(size, 1, m, longer["DDP"], longer[m] if m else None, 1, more_tokens=MORE)
+                for m in (0, *CHECK_INNER)]
+    return out
+
+
+def neighbours(grid, value) -> list[float]:
+    i = list(grid).index(value)
+    return [grid[j] for j in (i - 1, i + 1) if 0 <= j < len(grid)]
+
+
+def groups(quick: bool) -> dict[str, dict[str, RunConfig]]:
+    return {"scaling": {c.label: config(quick, c) for c in cells(quick)}}
+
+
+def quick_of(histories: dict) -> bool:
+    """Whether `histories` are of the quick sweep (its sizes)."""
+    size = Cell.parse(next(iter(histories))).size
+    return size in SIZES[True] and size not in SIZES[False]
+
+
+# --------------------------------------------------------------------------------------------
+# Analyses (every one reads the final evaluation of each run)
+# --------------------------------------------------------------------------------------------
+
+
+def table(histories: dict[str, pd.DataFrame], base: bool = False) -> pd.DataFrame:
+    """One row per run: its cell's fields and the final tune- and test-plays loss/accuracy;
+    with `base`, only the runs at the sweep's H (not the outer-steps check's)."""
+    rows = []
+    for label, h in histories.items():
+        last = h.iloc[-1]
+        rows.append({**dataclasses.asdict(Cell.parse(label)), "method": Cell.parse(label).method,
+                     **{k: float(last[k]) for k in ("tune_loss", "test_loss", "test_accuracy")}})
+    t = pd.DataFrame(rows)
+    return t[(t.more_syncs == 1) & (t.more_tokens == 1)] if base else t
+
+
+def choices(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per (size, factor, tokens, method): the lr with the lowest seed-0 tune-plays loss in its
+    grid (DDP: inner lr; DiLoCo: outer lr at the recorded inner lr), whether it sits on the
+    grid's edge, and whether it agrees with the record (`CHOSEN`, at `MORE`× the tokens
+    `CHOSEN_LONGER`). The test plays are never read here."""
+    t = table(histories)
+    t = t[t.more_syncs == 1]
+    quick = quick_of(histories)
+    rows = []
+    for (size, factor, more, m), g in t[t.seed == 0].groupby(
+            ["size", "factor", "more_tokens", "m"], sort=False):
+        recorded = (CHOSEN[quick][(size, factor)] if more == 1
+                    else CHOSEN_LONGER[quick][size])
+        if m == 0:
+            grid, knob, key = g, "inner_lr", "DDP"
+        else:
+            grid, knob, key = g[g.inner_lr == recorded["DDP"]], "outer_lr", m
+        best = grid.loc[grid.tune_loss.idxmin()]
+        values = sorted(grid[knob])
+        rows.append({"size": size, "factor": factor, "tokens": more, "method": best.method,
+                     "knob": knob, "chosen": float(best[knob]), "tune_loss": float(best.tune_loss),
+                     "on_edge": len(values) > 1 and best[knob] in (values[0], values[-1]),
+                     "recorded": recorded[key], "agrees": recorded[key] == best[knob]})
+    return pd.DataFrame(rows)
+
+
+def disagreements(histories: dict[str, pd.DataFrame]) -> list[str]:
+    """A sentence for each choice of the grids that `CHOSEN` does not record."""
+    return [f"{r.size}, {r.factor}× batch, {r.tokens}× tokens, {r.method}: the tune plays now "
+            f"choose {r.knob} {r.chosen:g}, but {'CHOSEN' if r.tokens == 1 else 'CHOSEN_LONGER'}"
+            f" records {r.recorded:g}: update experiments.scaling"
+            for r in choices(histories).itertuples() if not r.agrees]
+
+
+def inner_check(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """DiLoCo (M in `CHECK_INNER`, at its chosen outer lr, seed 0) at DDP's inner lr and the
+    grid's neighbours: tune- and test-plays loss, and the test loss against DDP's inner lr (%)."""
+    t = table(histories, base=True)
+    quick = quick_of(histories)
+    rows = []
+    for (size, factor), rec in CHOSEN[quick].items():
+        for m in CHECK_INNER:
+            g = t[(t["size"] == size) & (t.factor == factor) & (t.m == m) & (t.seed == 0)
+                  & (t.outer_lr == rec.get(m))]
+            if g.inner_lr.nunique() < 2:
+                continue
+            ref = float(g[g.inner_lr == rec["DDP"]].test_loss.iloc[0])
+            for r in g.sort_values("inner_lr").itertuples():
+                rows.append({"size": size, "method": f"M={m}", "inner_lr": r.inner_lr,
+                             "is_ddps": r.inner_lr == rec["DDP"], "tune_loss": r.tune_loss,
+                             "test_loss": r.test_loss,
+                             "vs_ddps_lr_pct": 100 * (r.test_loss / ref - 1)})
+    df = pd.DataFrame(rows)
+    if len(df):
+        best = df.groupby(["size", "method"], sort=False).tune_loss.transform("min")
+        df["best_on_tune"] = df.tune_loss == best
+    return df
+
+
+def results(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per (size, factor, method) at the chosen settings: test loss and accuracy over the seeds
+    (mean, std), and DiLoCo's test loss against DDP's of the same seed (%, the paper's measure:
+    negative = DiLoCo better), mean and std over the seeds."""
+    t = table(histories, base=True)
+    quick = quick_of(histories)
+    keep = []
+    for r in t.itertuples():
+        rec = CHOSEN[quick][(r.size, r.factor)]
+        keep.append(r.inner_lr == rec["DDP"] and (r.m == 0 or r.outer_lr == rec.get(r.m)))
+    t = t[keep]
+    ddp = {(r.size, r.factor, r.seed): r.test_loss for r in t[t.m == 0].itertuples()}
+    t = t.assign(gap=[100 * (r.test_loss / ddp[(r.size, r.factor, r.seed)] - 1)
+                      for r in t.itertuples()])
+    params = {s: n for s, (_, n, _) in SIZES[quick].items()}
+    rows = []
+    for (size, factor, m), g in t.groupby(["size", "factor", "m"], sort=False):
+        rows.append({"size": size, "params": params[size], "factor": factor, "M": m,
+                     "method": g.method.iloc[0], "seeds": len(g),
+                     "test_loss": g.test_loss.mean(), "test_loss_std": _std(g.test_loss),
+                     "test_accuracy": g.test_accuracy.mean(),
+                     "gap_pct": g.gap.mean(), "gap_std": _std(g.gap)})
+    return pd.DataFrame(rows)
+
+
+def _std(x) -> float:
+    return float(np.std(x, ddof=1)) if len(x) > 1 else math.nan
+
+
+# The scaling-law paper's Table 4: DiLoCo's evaluation loss against data-parallel's, %, per M, at
+# its smallest (35M) and largest (2.4B) model; H = 30, 20 tokens per parameter, outer lr tuned
+# per M from {0.2, 0.4, ..., 1.0}.
+PAPER_LOSS_VS_DP_PCT = {"35M": {1: -0.1, 2: 0.7, 4: 2.0, 8: 3.9},
+                        "2.4B": {1: -0.4, 2: -0.1, 4: 0.3, 8: 1.1}}
+VERDICT = {1.0: "reproduced", 0.5: "reproduced only partly", 0.0: "not reproduced"}
+
+
+def _sign(mean: float, std: float) -> int:
+    """-1 / +1 when `mean` is below / above zero by more than one `std` (the spread over seeds),
+    0 when within it (with one seed: the sign)."""
+    noise = 0.0 if math.isnan(std) else std
+    return -1 if mean < -noise else (1 if mean > noise else 0)
+
+
+def _verdict(flags: list[bool]) -> float:
+    return 1.0 if all(flags) else (0.5 if any(flags) else 0.0)
+
+
+def findings(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The paper's four findings: `verdict` 1 (reproduced in every size or M), 0.5 (in some),
+    0 (in none), with the evidence (test plays, mean ± std over the seeds)."""
+    r = results(histories)
+    plain = r[r.factor == 1]
+    sizes = list(dict.fromkeys(plain["size"]))
+
+    def gap(size, m, factor=1):
+        row = r[(r["size"] == size) & (r.M == m) & (r.factor == factor)].iloc[0]
+        return float(row.gap_pct), float(row.gap_std)
+
+    def pm(v):
+        return f"{v[0]:+.2f}%" + ("" if math.isnan(v[1]) else f" ± {v[1]:.2f}")
+
+    m1 = {s: gap(s, 1) for s in sizes}
+    grows = {s: [gap(s, m)[0] for m in WORKERS] for s in sizes}
+    shrinks = {m: [gap(s, m)[0] for s in sizes] for m in WORKERS[1:]}
+    out = [
+        {"finding": "DiLoCo with M = 1 matches or beats DDP",
+         "evidence": "; ".join(f"{s}: {pm(v)}" for s, v in m1.items()),
+         "verdict": _verdict([_sign(*v) <= 0 for v in m1.values()])},
+        {"finding": "the gap to DDP grows with M",
+         "evidence": "; ".join(f"{s}: " + " → ".join(f"{g:+.1f}%" for g in v)
+                               for s, v in grows.items()),
+         "verdict": _verdict([bool(np.all(np.diff(v) > 0)) for v in grows.values()])},
+        {"finding": "the gap shrinks as the model grows",
+         "evidence": "; ".join(f"M = {m}: " + " → ".join(f"{g:+.1f}%" for g in v)
+                               for m, v in shrinks.items()) + f" ({' → '.join(sizes)})",
+         "verdict": _verdict([bool(np.all(np.diff(v) < 0)) for v in shrinks.values()])},
+    ]
+    big = r[r.factor == LARGE_BATCH]
+    if len(big):
+        size = big["size"].iloc[0]
+
+        def rise(m):  # the test loss at 4× the batch against 1×, same tokens, %
+            a = r[(r["size"] == size) & (r.M == m) & (r.factor == 1)].test_loss.iloc[0]
+            b = big[big.M == m].test_loss.iloc[0]
+            return 100 * (b / a - 1)
+
+        ddp, diloco = rise(0), rise(8)
+        out.append({"finding": "DiLoCo tolerates a larger batch than DDP",
+                    "evidence": f"{size}, {LARGE_BATCH}× the global batch at equal tokens and "
+                                f"equal outer steps, each retuned: DDP's test loss {ddp:+.2f}%, "
+                                f"DiLoCo M = 8's {diloco:+.2f}%",
+                    "verdict": 1.0 if diloco < ddp else 0.0})
+    df = pd.DataFrame(out)
+    df["verdict_text"] = [VERDICT[v] for v in df.verdict]
+    return df
+
+
+def untuned(histories: dict[str, pd.DataFrame], outer_lr: float = 1.0) -> pd.DataFrame:
+    """Seed 0's gap to DDP at one outer lr for every M and size (the old sweep's single 1.0)
+    beside the tuned one: what tuning per M changed."""
+    t = table(histories, base=True)
+    quick = quick_of(histories)
+    t = t[(t.factor == 1) & (t.seed == 0)]
+    rows = []
+    for size in dict.fromkeys(t["size"]):
+        rec = CHOSEN[quick][(size, 1)]
+        g = t[(t["size"] == size) & (t.inner_lr == rec["DDP"])]
+        ddp = float(g[g.m == 0].test_loss.iloc[0])
+        for m in WORKERS:
+            at = g[(g.m == m) & (g.outer_lr == outer_lr)]
+            tuned = g[(g.m == m) & (g.outer_lr == rec[m])]
+            if len(at) and len(tuned):
+                rows.append({"size": size, "M": m, "outer_lr": outer_lr,
+                             "gap_at_lr": 100 * (float(at.test_loss.iloc[0]) / ddp - 1),
+                             "tuned_lr": rec[m],
+                             "gap_tuned": 100 * (float(tuned.test_loss.iloc[0]) / ddp - 1)})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------------------------
+# Figures and rows
+# --------------------------------------------------------------------------------------------
+
+
+def figures(group: str, histories: dict[str, pd.DataFrame]) -> dict[str, object]:
+    from ..plots import scaling as sp
+
+    quick = quick_of(histories)
+    return {"scaling_gap": sp.gap(results(histories), PAPER_LOSS_VS_DP_PCT,
+                                  TOKENS_PER_PARAM[quick]),
+            "scaling_tuning": sp.tuning(table(histories, base=True), choices(histories)),
+            "scaling_causes": sp.causes(causes(histories))}
+
+
+def rows(group: str, histories: dict[str, pd.DataFrame]) -> list[dict]:
+    """Results rows: the choices (tune plays), then test-plays losses and gaps (mean over the
+    seeds, with std), the inner-lr check, and the findings."""
+    from .common import describe
+
+    quick = quick_of(histories)
+    out = []
+
+    def add(method, metric, value, published=None, std=None, seeds=None, config=""):
+        out.append({"experiment": EXPERIMENT, "method": method, "metric": metric,
+                    "value": float(value), "std": std, "seeds": seeds, "published": published,
+                    "config": config})
+
+    def cfg(size, factor, m):
+        rec = CHOSEN[quick][(size, factor)]
+        cell = Cell(size, factor, m, rec["DDP"], rec.get(m) if m else None, 0)
+        return describe(config(quick, cell)) + f" lr={rec['DDP']:g}"
+
+    for c in choices(histories).itertuples():
+        edge = "; ON THE GRID'S EDGE" if c.on_edge else ""
+        grid = INNER_LRS[quick] if c.knob == "inner_lr" else OUTER_LRS[quick]
+        agree = "agrees with" if c.agrees else "DIFFERS from"
+        if c.tokens != 1:
+            grid = CAUSE_INNER_LRS[quick] if c.knob == "inner_lr" else CAUSE_OUTER_LRS[quick]
+        tokens = f" · {c.tokens}× tokens" if c.tokens != 1 else ""
+        add(f"{c.size} · {c.factor}× batch{tokens} · {c.method}",
+            f"chosen {c.knob.replace('_', ' ')}", c.chosen,
+            config=f"grid {list(grid)}{edge}; {agree} the record ({c.recorded:g})")
+    for r in results(histories).itertuples():
+        label = f"{r.size} · {r.factor}× batch · {r.method}"
+        add(label, "test-plays loss", r.test_loss, std=r.test_loss_std, seeds=r.seeds,
+            config=cfg(r.size, r.factor, r.M))
+        if r.M:
+            paper = PAPER_LOSS_VS_DP_PCT["35M"][r.M] if r.factor == 1 else None
+            add(label, "test loss vs DDP (%)", r.gap_pct, paper, std=r.gap_std, seeds=r.seeds,
+                config=cfg(r.size, r.factor, r.M))
+    for r in inner_check(histories).itertuples():
+        tag = " (DDP's)" if r.is_ddps else ""
+        best = "; best on the tune plays" if r.best_on_tune else ""
+        add(f"{r.size} · {r.method} · inner lr {r.inner_lr:g}{tag}",
+            "test loss vs DDP's inner lr (%)", r.vs_ddps_lr_pct,
+            config=f"seed 0, at the chosen outer lr{best}")
+    for r in causes(histories).itertuples():
+        add(f"{r.size} · M={r.M} · {r.variant}", "cause check: test loss vs DDP (%)", r.gap_pct,
+            std=None if math.isnan(r.gap_std) else r.gap_std, seeds=r.seeds,
+            config="" if math.isnan(getattr(r, "outer_lr", math.nan))
+            else f"outer lr {r.outer_lr:g}")
+    for f in findings(histories).itertuples():  # published 1: the paper reports it
+        add(f.finding, "reproduced (1), partly (0.5) or not (0)", f.verdict, 1.0,
+            config=f"evidence: {f.evidence}")
+    return out
+
+
+def committed(figures_dir=None) -> dict[str, pd.DataFrame]:
+    """The sweep's results as `make reproduce-scaling` last wrote them to `results.json` (for a
+    notebook that should not train it): `gaps`, size × M, and `findings`; empty when absent."""
+    import json
+    from pathlib import Path
+
+    from .. import paths
+
+    path = Path(figures_dir or paths.figures_dir(False)) / "results.json"
+    rows = pd.DataFrame(json.loads(path.read_text())) if path.exists() else pd.DataFrame()
+    if rows.empty or EXPERIMENT not in set(rows.experiment):
+        return {"gaps": pd.DataFrame(), "findings": pd.DataFrame()}
+    rows = rows[rows.experiment == EXPERIMENT]
+    gap = rows[rows.metric == "test loss vs DDP (%)"]
+    parts = gap.method.str.split(" · ", expand=True)
+    gaps = pd.DataFrame({"size": parts[0], "batch": parts[1], "M": parts[2],
+                         "gap_pct": gap.value.to_numpy(), "gap_std": gap["std"].to_numpy()})
+    verdicts = rows[rows.metric.str.startswith("reproduced")]
+    findings = pd.DataFrame({"finding": verdicts.method.to_numpy(),
+                             "verdict_text": [VERDICT[v] for v in verdicts.value],
+                             "evidence": verdicts.config.str.removeprefix("evidence: ")
+                             .to_numpy()})
+    return {"gaps": gaps, "findings": findings}
+
+
+def causes(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per size of `CAUSES` and M in `CHECK_INNER`: DiLoCo's test loss against DDP's (%) in the
+    sweep, at `MORE`× the outer steps on the same tokens (seed 0, the outer lr with the lowest
+    tune-plays loss), and at `MORE`× the tokens (the recorded choices, paired by seed)."""
+    quick = quick_of(histories)
+    t = table(histories)
+    sweep = results(histories)
+    rows = []
+    for size in CAUSES[quick]:
+        rec, longer = CHOSEN[quick][(size, 1)], CHOSEN_LONGER[quick][size]
+        ddp0 = t[(t["size"] == size) & (t.factor == 1) & (t.m == 0) & (t.seed == 0)
+                 & (t.inner_lr == rec["DDP"]) & (t.more_tokens == 1)].test_loss.iloc[0]
+        for m in CHECK_INNER:
+            row = sweep[(sweep["size"] == size) & (sweep.M == m) & (sweep.factor == 1)].iloc[0]
+            rows.append({"size": size, "M": m, "variant": "the sweep", "gap_pct": row.gap_pct,
+                         "gap_std": row.gap_std, "seeds": row.seeds})
+            g = t[(t["size"] == size) & (t.m == m) & (t.more_syncs == MORE)]
+            if len(g):
+                best = g.loc[g.tune_loss.idxmin()]
+                rows.append({"size": size, "M": m, "variant": f"{MORE}× the outer steps",
+                             "gap_pct": 100 * (best.test_loss / ddp0 - 1), "gap_std": math.nan,
+                             "seeds": 1, "outer_lr": best.outer_lr})
+            long = t[(t["size"] == size) & (t.more_tokens == MORE)]
+            gaps = []
+            for seed in sorted(set(long.seed)):
+                d = long[(long.m == 0) & (long.seed == seed) & (long.inner_lr == longer["DDP"])]
+                x = long[(long.m == m) & (long.seed == seed) & (long.inner_lr == longer["DDP"])
+                         & (long.outer_lr == longer[m])]
+                if len(d) and len(x):
+                    gaps.append(100 * (x.test_loss.iloc[0] / d.test_loss.iloc[0] - 1))
+            if gaps:
+                rows.append({"size": size, "M": m, "variant": f"{MORE}× the tokens",
+                             "gap_pct": float(np.mean(gaps)), "gap_std": _std(gaps),
+                             "seeds": len(gaps), "outer_lr": longer[m]})
+    return pd.DataFrame(rows)

@@ -1,0 +1,269 @@
+"""The scaling-law sweep (`experiments.scaling`): its design (tokens in proportion to parameters,
+the batch finding at equal outer steps), the choices on the tune plays, the paired gaps over
+seeds, the findings' verdicts, and `make reproduce` never training it."""
+
+import math
+
+import jax
+import pandas as pd
+import pytest
+
+import diloco_lite as dl
+from diloco_lite import reproduce
+from diloco_lite.experiments import scaling
+from diloco_lite.model import build_model
+
+
+def _final(**values) -> pd.DataFrame:
+    return pd.DataFrame([{"step": 20, "outer_steps": 5.0, **values}])
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_size_trains_on_the_same_tokens_per_parameter(quick):
+    ratio = scaling.TOKENS_PER_PARAM[quick]
+    for size, (_, n_params, batch) in scaling.SIZES[quick].items():
+        cfgs = [scaling.config(quick, c) for c in scaling.cells(quick)
+                if c.size == size and c.factor == 1 and c.more_tokens == 1]
+        for cfg in cfgs:
+            tokens = cfg.steps * cfg.workers * cfg.batch_size * cfg.seq_len
+            # whole outer steps of H, the nearest: within half an outer step of the ratio
+            half_outer_step = scaling.H[quick] * batch * cfg.seq_len / 2
+            assert abs(tokens - ratio * n_params) <= half_outer_step
+            assert abs(tokens / n_params / ratio - 1) < (0.1 if quick else 0.03)
+            assert cfg.workers * cfg.batch_size == batch  # M × B: the size's global batch
+            assert cfg.steps % scaling.H[quick] == 0
+    counts = [n for _, n, _ in scaling.SIZES[quick].values()]
+    if not quick:
+        assert max(counts) / min(counts) >= 8  # the issue: sizes spanning at least 8x
+
+
+def test_the_recorded_parameter_counts_are_the_models():
+    for sizes in scaling.SIZES.values():
+        for model, n_params, _ in sizes.values():
+            m = build_model(dl.ModelConfig(**{**model.__dict__, "vocab_size": 76}))
+            leaves = jax.tree.leaves(m.template)
+            assert sum(math.prod(getattr(x, "value", x).shape) for x in leaves) == n_params
+
+
+def test_the_larger_batch_keeps_tokens_and_outer_steps():
+    for quick in (False, True):
+        cells = scaling.cells(quick)
+        big = [c for c in cells if c.factor == scaling.LARGE_BATCH]
+        assert {c.m for c in big} == {0, 8} and len({c.size for c in big}) == 1
+        for c in big:
+            small = scaling.config(quick, scaling.Cell(c.size, 1, c.m, c.inner_lr, c.outer_lr,
+                                                       c.seed))
+            large = scaling.config(quick, c)
+            assert large.tokens_per_step == scaling.LARGE_BATCH * small.tokens_per_step
+            assert large.tokens_per_step * large.steps == small.tokens_per_step * small.steps
+            if c.m:  # H / 4: the same number of outer steps
+                assert large.steps // large.algorithm.inner_steps == \
+                    small.steps // small.algorithm.inner_steps
+
+
+def test_the_cause_checks_change_one_thing_each():
+    for quick in (False, True):
+        for c in scaling.cause_cells(quick):
+            plain = scaling.config(quick, scaling.Cell(c.size, 1, c.m, c.inner_lr, c.outer_lr,
+                                                       c.seed))
+            cfg = scaling.config(quick, c)
+            assert cfg.tokens_per_step == plain.tokens_per_step and cfg.model == plain.model
+            h, h0 = (getattr(x.algorithm, "inner_steps", None) for x in (cfg, plain))
+            if c.more_syncs > 1:  # same tokens, 4x the outer steps
+                assert cfg.steps == plain.steps and h * scaling.MORE == h0
+            else:  # 4x the tokens at the same H
+                assert c.more_tokens == scaling.MORE and cfg.steps == scaling.MORE * plain.steps
+                assert h == h0
+
+
+def test_labels_round_trip_and_are_unique():
+    for quick in (False, True):
+        cells = scaling.cells(quick)
+        assert len({c.label for c in cells}) == len(cells)
+        assert all(scaling.Cell.parse(c.label) == c for c in cells)
+
+
+def _histories(quick, loss) -> dict:
+    """Synthetic final rows for every cell of the sweep: `loss(cell)` -> (tune, test)."""
+    out = {}
+    for c in scaling.cells(quick):
+        tune, test = loss(c)
+        out[c.label] = _final(tune_loss=tune, test_loss=test, test_accuracy=0.5)
+    return out
+
+
+def test_choices_read_the_tune_plays_only_and_mark_the_edges(monkeypatch):
+    chosen = scaling.CHOSEN[True]
+
+    def loss(c):  # tune prefers the largest lr of every grid, test the smallest
+        lr = c.inner_lr if c.m == 0 else c.outer_lr
+        return 3.0 - lr, 3.0 + lr
+
+    grid = scaling.choices(_histories(True, loss))
+    inner, outer = grid[grid.knob == "inner_lr"], grid[grid.knob == "outer_lr"]
+    assert set(inner.chosen) == {max(scaling.INNER_LRS[True])}
+    assert set(outer.chosen) == {max(scaling.OUTER_LRS[True])}
+    assert grid.on_edge.all()
+    # the recorded quick choices: DDP at 1e-2 agrees, every outer lr of 0.4 disagrees
+    assert list(inner.agrees) == [chosen[(s, f)]["DDP"] == 1e-2
+                                  for s, f in zip(inner["size"], inner.factor, strict=True)]
+    said = scaling.disagreements(_histories(True, loss))
+    assert len(said) == (~grid.agrees).sum() and "outer_lr 1" in said[0]
+    # an interior optimum is not on the edge
+    monkeypatch.setitem(scaling.OUTER_LRS, True, (0.4, 0.7, 1.0))
+    monkeypatch.setattr(scaling, "cells", lambda quick: [
+        scaling.Cell("2k", 1, 0, 1e-2, None, 0),
+        *(scaling.Cell("2k", 1, 8, 1e-2, o, 0) for o in (0.4, 0.7, 1.0))])
+    g = scaling.choices(_histories(True, lambda c: (((c.outer_lr or 0.7) - 0.7) ** 2, 2.0)))
+    row = g[g.knob == "outer_lr"].iloc[0]
+    assert row.chosen == 0.7 and not row.on_edge
+
+
+# The gaps of a sweep whose DiLoCo test loss is DDP's × (1 + pct / 100), seed by seed.
+PAPER_LIKE = {"2k": {1: -0.1, 2: 0.7, 4: 2.0, 8: 3.9}, "6k": {1: -0.4, 2: -0.1, 4: 0.3, 8: 1.1}}
+
+
+def _sweep(pct: dict, ddp_by_seed=(2.0, 2.0, 2.0), big=(2.2, 1.02), noise=0.0,
+           quick=True) -> dict:
+    """Chosen cells get test losses from `pct`; the 4x-batch DDP `big[0]`, DiLoCo M=8 its 1x
+    loss × `big[1]`; other cells a worse tune loss (never chosen). `noise`: seed 1 of DiLoCo
+    adds this many % to its gap."""
+    rec = scaling.CHOSEN[quick]
+
+    def loss(c):
+        r = rec[(c.size, c.factor)]
+        chosen = c.inner_lr == r["DDP"] and (c.m == 0 or c.outer_lr == r[c.m])
+        if not chosen:
+            return 9.0, 9.0
+        ddp = ddp_by_seed[c.seed]
+        if c.factor == 1:
+            gap = 0.0 if c.m == 0 else pct[c.size][c.m] + (noise if c.seed == 1 else 0.0)
+            return 1.0, ddp * (1 + gap / 100)
+        one = ddp * (1 + pct[c.size][8] / 100)
+        return 1.0, big[0] if c.m == 0 else one * big[1]
+
+    return _histories(quick, loss)
+
+
+def test_the_gap_is_paired_by_seed_then_averaged():
+    # DDP 2.0 (seed 0) and 2.5 (seed 1); M=8 +3.9% on seed 0, +5.9% on seed 1 (noise 2)
+    r = scaling.results(_sweep(PAPER_LIKE, ddp_by_seed=(2.0, 2.5), noise=2.0))
+    row = r[(r["size"] == "2k") & (r.M == 8) & (r.factor == 1)].iloc[0]
+    gaps = [3.9, 5.9]  # by hand: each seed's DiLoCo against the same seed's DDP
+    assert row.gap_pct == pytest.approx(sum(gaps) / 2)
+    assert row.gap_std == pytest.approx(math.sqrt(2 * (1.0 ** 2)))  # sample std of {3.9, 5.9}
+    assert row.test_loss == pytest.approx((2.0 * 1.039 + 2.5 * 1.059) / 2)
+    assert row.seeds == 2
+
+
+def test_the_findings_follow_the_papers_definitions():
+    f = scaling.findings(_sweep(PAPER_LIKE)).set_index("finding").verdict
+    assert list(f) == [1.0, 1.0, 1.0, 1.0]
+    # M = 1 worse than DDP in one size; the gap not monotone in M there; grows with size at
+    # M = 2 only; DiLoCo's loss rises more than DDP's at 4x the batch
+    other = {"2k": {1: -0.2, 2: 0.5, 4: 1.4, 8: 3.0}, "6k": {1: 0.8, 2: 1.0, 4: 0.2, 8: 2.0}}
+    f = scaling.findings(_sweep(other, big=(2.1, 1.2))).set_index("finding").verdict
+    assert f["DiLoCo with M = 1 matches or beats DDP"] == 0.5
+    assert f["the gap to DDP grows with M"] == 0.5  # 6k: 1.0 then 0.2: no
+    assert f["the gap shrinks as the model grows"] == 0.5  # M=2: 0.5 → 1.0 grows
+    assert f["DiLoCo tolerates a larger batch than DDP"] == 0.0  # +20% against +5%
+    # within the seeds' spread counts as a match: +0.5% and +1.5% (std 0.71) on M = 1
+    noisy = {s: {**v, 1: 0.5} for s, v in PAPER_LIKE.items()}
+    f = scaling.findings(_sweep(noisy, noise=1.0)).set_index("finding").verdict
+    assert f["DiLoCo with M = 1 matches or beats DDP"] == 0.0  # +1.0 ± 0.71: worse
+    noisy = {s: {**v, 1: 0.2} for s, v in PAPER_LIKE.items()}
+    f = scaling.findings(_sweep(noisy, noise=1.0)).set_index("finding").verdict
+    assert f["DiLoCo with M = 1 matches or beats DDP"] == 1.0  # +0.7 ± 0.71: within
+
+
+def test_the_gap_must_shrink_from_size_to_size_not_only_end_to_end():
+    # three sizes: at M = 8 the middle one is worse than both ends
+    pct = {"11k": {1: -0.1, 2: 0.7, 4: 2.0, 8: 3.9}, "30k": {1: -0.2, 2: 0.5, 4: 1.0, 8: 4.5},
+           "109k": {1: -0.4, 2: -0.1, 4: 0.3, 8: 1.1}}
+    f = scaling.findings(_sweep(pct, quick=False)).set_index("finding").verdict
+    assert f["the gap shrinks as the model grows"] == 0.5  # M = 2 and 4 shrink, M = 8 does not
+    assert f["the gap to DDP grows with M"] == 1.0
+
+
+def test_rows_report_the_test_plays_with_seeds_and_the_papers_numbers():
+    rows = scaling.rows("scaling", _sweep(PAPER_LIKE))
+    gaps = [r for r in rows if r["metric"] == "test loss vs DDP (%)"]
+    m8 = next(r for r in gaps if r["method"] == "6k · 1× batch · M=8")
+    assert m8["value"] == pytest.approx(1.1) and m8["seeds"] == 2
+    assert m8["published"] == scaling.PAPER_LOSS_VS_DP_PCT["35M"][8]
+    assert all(r["experiment"] == scaling.EXPERIMENT for r in rows)
+    verdicts = [r for r in rows if r["metric"].startswith("reproduced")]
+    assert len(verdicts) == 4 and all(r["value"] == 1.0 for r in verdicts)
+
+
+def test_make_reproduce_reads_the_sweep_but_never_trains_it(monkeypatch, tmp_path):
+    import json
+
+    from diloco_lite import experiments
+
+    trained = []
+    monkeypatch.setattr(experiments, "groups", lambda quick: {
+        "h_sweep": {"a": "cfg-a"}, "scaling": {"b": "cfg-b"}})
+    monkeypatch.setattr(reproduce, "run_key", lambda cfg: cfg)
+    monkeypatch.setattr(reproduce, "run_cached",
+                        lambda cfg, d, progress: trained.append(cfg) or "history")
+    monkeypatch.setattr(reproduce, "runs_dir", lambda quick: tmp_path)
+    monkeypatch.setattr(experiments, "figures", lambda g, h: {})
+    monkeypatch.setattr(experiments, "rows", lambda g, h: [
+        {"experiment": scaling.EXPERIMENT if g == "scaling" else g, "method": "m",
+         "metric": "x", "value": 2.0}])
+    reproduce.training_job(tmp_path, quick=True, progress=False)
+    assert trained == ["cfg-a"]  # not cached: the scaling run is skipped, not trained
+    (tmp_path / "cfg-b.csv").write_text("")
+    rows = reproduce.training_job(tmp_path, quick=True, progress=False)
+    assert trained == ["cfg-a", "cfg-a", "cfg-b"]  # cached: read
+    assert {r["experiment"] for r in rows} == {"h_sweep", scaling.EXPERIMENT}
+    trained.clear()
+    reproduce.training_job(tmp_path, quick=True, progress=False, groups=("scaling",))
+    (tmp_path / "cfg-b.csv").unlink()
+    reproduce.training_job(tmp_path, quick=True, progress=False, groups=("scaling",))
+    assert trained == ["cfg-b", "cfg-b"]  # named: trained when missing
+    # a results table written without the sweep's rows keeps the old ones
+    old = [{"experiment": scaling.EXPERIMENT, "method": "kept", "metric": "x", "value": 1.0},
+           {"experiment": "h_sweep", "method": "dropped", "metric": "x", "value": 1.0}]
+    (tmp_path / "results.json").write_text(json.dumps(old))
+    new = pd.DataFrame([{"experiment": "h_sweep", "method": "new", "metric": "x",
+                         "value": 3.0}])
+    reproduce.write_results(new, tmp_path, keep=(scaling.EXPERIMENT,))
+    methods = [r["method"] for r in json.loads((tmp_path / "results.json").read_text())]
+    assert sorted(methods) == ["kept", "new"]
+
+
+def test_a_notebook_reads_the_committed_findings_back(tmp_path):
+    histories = _sweep(PAPER_LIKE)
+    rows = scaling.rows("scaling", histories)
+    reproduce.write_results(pd.DataFrame(rows), tmp_path)
+    back = scaling.committed(tmp_path)
+    direct = scaling.findings(histories)
+    assert list(back["findings"].finding) == list(direct.finding)
+    assert list(back["findings"].evidence) == list(direct.evidence)
+    gaps = back["gaps"].set_index(["size", "batch", "M"]).gap_pct
+    assert gaps["6k", "1× batch", "M=8"] == pytest.approx(1.1)
+    assert scaling.committed(tmp_path / "absent")["findings"].empty
+
+
+def test_the_cause_checks_pick_on_the_tune_plays_and_pair_seeds():
+    longer = scaling.CHOSEN_LONGER[True]["2k"]
+
+    def loss(c):
+        if c.more_syncs > 1:  # tune prefers outer lr 1.0, whose test loss is DDP's + 1%
+            return (1.0, 2.0 * 1.01) if c.outer_lr == 1.0 else (2.0, 2.0 * 1.05)
+        if c.more_tokens > 1:
+            chosen = c.inner_lr == longer["DDP"] and (c.m == 0 or c.outer_lr == longer[c.m])
+            if not chosen:
+                return 9.0, 9.0
+            ddp = (1.5, 1.6)[c.seed]
+            return 1.0, ddp * (1 + {0: 0.0, 1: (-0.5, 0.1)[c.seed], 8: 2.0}[c.m] / 100)
+        return 1.0, 2.0  # the sweep: every method equal to DDP
+    t = scaling.causes(_histories(True, loss)).set_index(["M", "variant"])
+    assert t.gap_pct[1, "4× the outer steps"] == pytest.approx(1.0)
+    assert t.outer_lr[1, "4× the outer steps"] == 1.0
+    assert t.gap_pct[1, "4× the tokens"] == pytest.approx((-0.5 + 0.1) / 2)  # paired by seed
+    assert t.gap_pct[8, "4× the tokens"] == pytest.approx(2.0)
+    assert t.seeds[1, "4× the tokens"] == 2
+    assert t.gap_pct[1, "the sweep"] == pytest.approx(0.0)
