@@ -267,3 +267,29 @@ def test_the_cause_checks_pick_on_the_tune_plays_and_pair_seeds():
     assert t.gap_pct[8, "4× the tokens"] == pytest.approx(2.0)
     assert t.seeds[1, "4× the tokens"] == 2
     assert t.gap_pct[1, "the sweep"] == pytest.approx(0.0)
+
+
+def test_a_finding_not_reproduced_carries_what_the_cause_checks_found(tmp_path):
+    rec, longer = scaling.CHOSEN[True], scaling.CHOSEN_LONGER[True]
+
+    def loss(c, tokens_gap):
+        r = longer[c.size] if c.more_tokens > 1 else rec[(c.size, c.factor)]
+        if c.inner_lr != r["DDP"] or (c.m and c.outer_lr != r[c.m]):
+            return 9.0, 9.0  # off the choices: never chosen
+        if c.m == 0:
+            return 1.0, 2.0
+        gap = tokens_gap if c.more_tokens > 1 else 2.0  # the sweep and 4x syncs: +2%
+        return 1.0, 2.0 * (1 + gap / 100)
+
+    back = _histories(True, lambda c: loss(c, -0.3))
+    f = scaling.findings(back).set_index("finding")
+    m1 = "DiLoCo with M = 1 matches or beats DDP"
+    assert f.verdict[m1] == 0.0
+    assert "2k -0.30%" in f.cause[m1] and "More tokens bring it back" in f.cause[m1]
+    assert "2k +2.00%" in f.cause[m1]  # 4x the outer steps
+    f = scaling.findings(_histories(True, lambda c: loss(c, 1.5))).set_index("finding")
+    assert "Neither check brings it back" in f.cause[m1]
+    # and the committed table gives it back to a notebook
+    reproduce.write_results(pd.DataFrame(scaling.rows("scaling", back)), tmp_path)
+    read = scaling.committed(tmp_path)["findings"].set_index("finding")
+    assert read.cause[m1] == scaling.findings(back).set_index("finding").cause[m1]

@@ -368,7 +368,46 @@ def findings(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
                     "verdict": 1.0 if diloco < ddp else 0.0})
     df = pd.DataFrame(out)
     df["verdict_text"] = [VERDICT[v] for v in df.verdict]
+    df["cause"] = [_cause(histories, f) if v < 1 else "" for f, v
+                   in zip(df.finding, df.verdict, strict=True)]
     return df
+
+
+def _cause(histories: dict[str, pd.DataFrame], finding: str) -> str:
+    """What the cause checks (`causes`) say about a finding not reproduced in full: the numbers,
+    and which check brings it back (none: said so)."""
+    c = causes(histories)
+    if c.empty:
+        return ""
+    more_steps, more_tokens = f"{MORE}× the outer steps", f"{MORE}× the tokens"
+
+    def at(variant, m):
+        return c[(c.variant == variant) & (c.M == m)]
+
+    def fmt(rows):
+        return ", ".join(f"{r.size} {r.gap_pct:+.2f}%" for r in rows.itertuples())
+
+    if finding.startswith("DiLoCo with M = 1"):
+        steps, tokens = at(more_steps, 1), at(more_tokens, 1)
+        back = all(_sign(r.gap_pct, r.gap_std) <= 0 for r in tokens.itertuples())
+        return (f"M = 1 against DDP with {more_steps} on the same tokens: {fmt(steps)}; with "
+                f"{more_tokens} at the same H: {fmt(tokens)}. "
+                + ("More tokens bring it back, more syncs do not: our runs are too short per "
+                   "parameter for the outer optimizer to pay off" if back else
+                   "Neither check brings it back"))
+    if finding.startswith("the gap shrinks"):
+        tokens = at(more_tokens, 8)
+        shrinks = len(tokens) > 1 and bool(np.all(np.diff(tokens.gap_pct) < 0))
+        return (f"M = 8 with {more_tokens} ({' → '.join(tokens['size'])}): {fmt(tokens)}: the "
+                + ("gap shrinks with the model once the runs are longer" if shrinks
+                   else "gap does not shrink with the model in longer runs either"))
+    if finding.startswith("the gap to DDP grows"):
+        tokens = c[c.variant == more_tokens]
+        by_m = {(r.size, r.M): r.gap_pct for r in tokens.itertuples()}
+        return f"with {more_tokens}: " + "; ".join(
+            f"{size}: M = 1 {by_m[size, 1]:+.2f}%, M = 8 {by_m[size, 8]:+.2f}%"
+            for size in dict.fromkeys(tokens["size"]))
+    return ""
 
 
 def untuned(histories: dict[str, pd.DataFrame], outer_lr: float = 1.0) -> pd.DataFrame:
@@ -456,8 +495,9 @@ def rows(group: str, histories: dict[str, pd.DataFrame]) -> list[dict]:
             config="" if math.isnan(getattr(r, "outer_lr", math.nan))
             else f"outer lr {r.outer_lr:g}")
     for f in findings(histories).itertuples():  # published 1: the paper reports it
+        cause = f"; cause check: {f.cause}" if f.cause else ""
         add(f.finding, "reproduced (1), partly (0.5) or not (0)", f.verdict, 1.0,
-            config=f"evidence: {f.evidence}")
+            config=f"evidence: {f.evidence}{cause}")
     return out
 
 
@@ -479,10 +519,11 @@ def committed(figures_dir=None) -> dict[str, pd.DataFrame]:
     gaps = pd.DataFrame({"size": parts[0], "batch": parts[1], "M": parts[2],
                          "gap_pct": gap.value.to_numpy(), "gap_std": gap["std"].to_numpy()})
     verdicts = rows[rows.metric.str.startswith("reproduced")]
+    text = verdicts.config.str.removeprefix("evidence: ").str.split("; cause check: ", n=1)
     findings = pd.DataFrame({"finding": verdicts.method.to_numpy(),
                              "verdict_text": [VERDICT[v] for v in verdicts.value],
-                             "evidence": verdicts.config.str.removeprefix("evidence: ")
-                             .to_numpy()})
+                             "evidence": [t[0] for t in text],
+                             "cause": [t[1] if len(t) > 1 else "" for t in text]})
     return {"gaps": gaps, "findings": findings}
 
 
