@@ -48,7 +48,7 @@ def test_the_recorded_parameter_counts_are_the_models():
 def test_the_larger_batch_keeps_tokens_and_outer_steps():
     for quick in (False, True):
         cells = scaling.cells(quick)
-        big = [c for c in cells if c.factor == scaling.LARGE_BATCH]
+        big = [c for c in cells if c.factor == scaling.LARGE_BATCH and c.more_tokens == 1]
         assert {c.m for c in big} == {0, 8} and len({c.size for c in big}) == 1
         for c in big:
             small = scaling.config(quick, scaling.Cell(c.size, 1, c.m, c.inner_lr, c.outer_lr,
@@ -64,8 +64,8 @@ def test_the_larger_batch_keeps_tokens_and_outer_steps():
 def test_the_cause_checks_change_one_thing_each():
     for quick in (False, True):
         for c in scaling.cause_cells(quick):
-            plain = scaling.config(quick, scaling.Cell(c.size, 1, c.m, c.inner_lr, c.outer_lr,
-                                                       c.seed))
+            plain = scaling.config(quick, scaling.Cell(c.size, c.factor, c.m, c.inner_lr,
+                                                       c.outer_lr, c.seed))
             cfg = scaling.config(quick, c)
             assert cfg.tokens_per_step == plain.tokens_per_step and cfg.model == plain.model
             h, h0 = (getattr(x.algorithm, "inner_steps", None) for x in (cfg, plain))
@@ -105,8 +105,10 @@ def test_choices_read_the_tune_plays_only_and_mark_the_edges(monkeypatch):
     assert set(outer.chosen) == {max(scaling.OUTER_LRS[True])}
     assert grid.on_edge.all()
     # the recorded quick choices: DDP at 1e-2 agrees, every outer lr of 0.4 disagrees
-    assert list(inner.agrees) == [chosen[(s, f)]["DDP"] == 1e-2
-                                  for s, f in zip(inner["size"], inner.factor, strict=True)]
+    longer = scaling.CHOSEN_LONGER[True]
+    assert list(inner.agrees) == [(chosen if t == 1 else longer)[(s, f)]["DDP"] == 1e-2
+                                  for s, f, t in zip(inner["size"], inner.factor, inner.tokens,
+                                                     strict=True)]
     said = scaling.disagreements(_histories(True, loss))
     assert len(said) == (~grid.agrees).sum() and "outer_lr 1" in said[0]
     # an interior optimum is not on the edge
@@ -131,10 +133,12 @@ def _sweep(pct: dict, ddp_by_seed=(2.0, 2.0, 2.0), big=(2.2, 1.02), noise=0.0,
     rec = scaling.CHOSEN[quick]
 
     def loss(c):
-        r = rec[(c.size, c.factor)]
+        r = (scaling.CHOSEN_LONGER[quick] if c.more_tokens > 1 else rec)[(c.size, c.factor)]
         chosen = c.inner_lr == r["DDP"] and (c.m == 0 or c.outer_lr == r[c.m])
         if not chosen:
             return 9.0, 9.0
+        if c.more_tokens > 1 or c.more_syncs > 1:  # the cause checks: DiLoCo = DDP
+            return 1.0, 2.0
         ddp = ddp_by_seed[c.seed]
         if c.factor == 1:
             gap = 0.0 if c.m == 0 else pct[c.size][c.m] + (noise if c.seed == 1 else 0.0)
@@ -248,11 +252,11 @@ def test_a_notebook_reads_the_committed_findings_back(tmp_path):
 
 
 def test_the_cause_checks_pick_on_the_tune_plays_and_pair_seeds():
-    longer = scaling.CHOSEN_LONGER[True]["2k"]
+    longer = scaling.CHOSEN_LONGER[True][("2k", 1)]
 
     def loss(c):
-        if c.more_syncs > 1:  # tune prefers outer lr 1.0, whose test loss is DDP's + 1%
-            return (1.0, 2.0 * 1.01) if c.outer_lr == 1.0 else (2.0, 2.0 * 1.05)
+        if c.more_syncs > 1:  # tune prefers outer lr 1.0 (test: DDP's + 1%), test the other
+            return (1.0, 2.0 * 1.01) if c.outer_lr == 1.0 else (2.0, 2.0 * 1.005)
         if c.more_tokens > 1:
             chosen = c.inner_lr == longer["DDP"] and (c.m == 0 or c.outer_lr == longer[c.m])
             if not chosen:
@@ -273,7 +277,7 @@ def test_a_finding_not_reproduced_carries_what_the_cause_checks_found(tmp_path):
     rec, longer = scaling.CHOSEN[True], scaling.CHOSEN_LONGER[True]
 
     def loss(c, tokens_gap):
-        r = longer[c.size] if c.more_tokens > 1 else rec[(c.size, c.factor)]
+        r = longer[(c.size, c.factor)] if c.more_tokens > 1 else rec[(c.size, c.factor)]
         if c.inner_lr != r["DDP"] or (c.m and c.outer_lr != r[c.m]):
             return 9.0, 9.0  # off the choices: never chosen
         if c.m == 0:
@@ -293,3 +297,25 @@ def test_a_finding_not_reproduced_carries_what_the_cause_checks_found(tmp_path):
     reproduce.write_results(pd.DataFrame(scaling.rows("scaling", back)), tmp_path)
     read = scaling.committed(tmp_path)["findings"].set_index("finding")
     assert read.cause[m1] == scaling.findings(back).set_index("finding").cause[m1]
+
+
+def test_the_batch_finding_compares_each_method_with_itself_at_1x_and_4x():
+    longer = scaling.CHOSEN_LONGER[True]
+
+    def loss(c):
+        r = (longer if c.more_tokens > 1 else scaling.CHOSEN[True]).get((c.size, c.factor))
+        off = r is None or c.inner_lr != r["DDP"] or (c.m and c.outer_lr != r[c.m])
+        if c.more_syncs > 1 or off:
+            return 9.0, 9.0
+        base = 2.0 if c.m == 0 else 2.2  # at 1x; at 4x the batch: the sweep DDP +10%, M=8
+        rise = {(1, 0): 10, (1, 8): 20, (4, 0): 10, (4, 8): 5}.get((c.more_tokens, c.m), 0)
+        return 1.0, (base * (1 + rise / 100) if c.factor > 1 else base)  # +20%; longer: +5%
+
+    h = _histories(True, loss)
+    b = scaling.batch_rise(h).set_index(["tokens", "M"]).rise_pct
+    assert b[1, 0] == pytest.approx(10) and b[1, 8] == pytest.approx(20)
+    assert b[scaling.MORE, 8] == pytest.approx(5)
+    f = scaling.findings(h).set_index("finding")
+    batch = "DiLoCo tolerates a larger batch than DDP"
+    assert f.verdict[batch] == 0.0 and "+10.00%" in f.evidence[batch]
+    assert "in longer runs DiLoCo tolerates the larger batch better" in f.cause[batch]

@@ -78,9 +78,12 @@ CHOSEN = {
 }
 
 # The same at 4× the tokens (160 per parameter), per size: DDP's inner lr and DiLoCo's outer lr.
-CHOSEN_LONGER = {False: {"11k": {"DDP": 1.2e-2, 1: 0.4, 8: 0.6},
-                         "30k": {"DDP": 1.2e-2, 1: 0.4, 8: 0.6}},
-                 True: {"2k": {"DDP": 1e-2, 1: 1.0, 8: 0.4}}}
+# The last size also at 4× the batch (the batch finding in longer runs).
+CHOSEN_LONGER = {False: {("11k", 1): {"DDP": 1.2e-2, 1: 0.4, 8: 0.6},
+                         ("30k", 1): {"DDP": 1.2e-2, 1: 0.4, 8: 0.6},
+                         ("30k", 4): {"DDP": 2.4e-2, 8: 0.6}},
+                 True: {("2k", 1): {"DDP": 1e-2, 1: 1.0, 8: 0.4},
+                        ("2k", 4): {"DDP": 1e-2, 8: 0.4}}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,21 +167,26 @@ def cells(quick: bool) -> list[Cell]:
 
 
 def cause_cells(quick: bool) -> list[Cell]:
-    """The two checks of why DiLoCo trails DDP at our scale, on the smaller sizes (`CAUSES`),
-    for M in `CHECK_INNER`: `MORE`× the outer steps on the same tokens (H / 4; seed 0, the outer
-    lr chosen on the tune plays), and `MORE`× the tokens at the same H (every lr chosen again,
-    recorded in `CHOSEN_LONGER`; seeds 0 and 1)."""
+    """The checks of why DiLoCo trails DDP at our scale, on the smaller sizes (`CAUSES`), for M
+    in `CHECK_INNER`: `MORE`× the outer steps on the same tokens (H / 4; seed 0, the outer lr
+    chosen on the tune plays), and `MORE`× the tokens at the same H (every lr chosen again,
+    recorded in `CHOSEN_LONGER`; seeds 0 and 1); on the last of them, the batch finding again
+    at `MORE`× the tokens (DDP and M = 8 at `LARGE_BATCH`× the batch, H / 4)."""
     out: list[Cell] = []
-    for size in CAUSES[quick]:
-        inner = CHOSEN[quick][(size, 1)]["DDP"]
-        out += [Cell(size, 1, m, inner, o, 0, more_syncs=MORE) for m in CHECK_INNER
+    keys = [(size, 1) for size in CAUSES[quick]] + [(CAUSES[quick][-1], LARGE_BATCH)]
+    for size, factor in keys:
+        if factor == 1:
+            inner = CHOSEN[quick][(size, 1)]["DDP"]
+            out += [Cell(size, 1, m, inner, o, 0, more_syncs=MORE) for m in CHECK_INNER
+                    for o in CAUSE_OUTER_LRS[quick]]
+        longer = CHOSEN_LONGER[quick][(size, factor)]
+        ms = CHECK_INNER if factor == 1 else (8,)
+        out += [Cell(size, factor, 0, lr, None, 0, more_tokens=MORE)
+                for lr in CAUSE_INNER_LRS[quick]]
+        out += [Cell(size, factor, m, longer["DDP"], o, 0, more_tokens=MORE) for m in ms
                 for o in CAUSE_OUTER_LRS[quick]]
-        longer = CHOSEN_LONGER[quick][size]
-        out += [Cell(size, 1, 0, lr, None, 0, more_tokens=MORE) for lr in CAUSE_INNER_LRS[quick]]
-        out += [Cell(size, 1, m, longer["DDP"], o, 0, more_tokens=MORE) for m in CHECK_INNER
-                for o in CAUSE_OUTER_LRS[quick]]
-        out += [Cell(size, 1, m, longer["DDP"], longer[m] if m else None, 1, more_tokens=MORE)
-                for m in (0, *CHECK_INNER)]
+        out += [Cell(size, factor, m, longer["DDP"], longer[m] if m else None, 1,
+                     more_tokens=MORE) for m in (0, *ms)]
     return out
 
 
@@ -226,7 +234,7 @@ def choices(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
     for (size, factor, more, m), g in t[t.seed == 0].groupby(
             ["size", "factor", "more_tokens", "m"], sort=False):
         recorded = (CHOSEN[quick][(size, factor)] if more == 1
-                    else CHOSEN_LONGER[quick][size])
+                    else CHOSEN_LONGER[quick][(size, factor)])
         if m == 0:
             grid, knob, key = g, "inner_lr", "DDP"
         else:
@@ -351,20 +359,14 @@ def findings(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
                                for m, v in shrinks.items()) + f" ({' → '.join(sizes)})",
          "verdict": _verdict([bool(np.all(np.diff(v) < 0)) for v in shrinks.values()])},
     ]
-    big = r[r.factor == LARGE_BATCH]
-    if len(big):
-        size = big["size"].iloc[0]
-
-        def rise(m):  # the test loss at 4× the batch against 1×, same tokens, %
-            a = r[(r["size"] == size) & (r.M == m) & (r.factor == 1)].test_loss.iloc[0]
-            b = big[big.M == m].test_loss.iloc[0]
-            return 100 * (b / a - 1)
-
-        ddp, diloco = rise(0), rise(8)
+    b = batch_rise(histories)
+    b = b[b.tokens == 1] if len(b) else b
+    if len(b):
+        ddp, diloco = (float(b[b.M == m].rise_pct.iloc[0]) for m in (0, 8))
         out.append({"finding": "DiLoCo tolerates a larger batch than DDP",
-                    "evidence": f"{size}, {LARGE_BATCH}× the global batch at equal tokens and "
-                                f"equal outer steps, each retuned: DDP's test loss {ddp:+.2f}%, "
-                                f"DiLoCo M = 8's {diloco:+.2f}%",
+                    "evidence": f"{b['size'].iloc[0]}, {LARGE_BATCH}× the global batch at equal "
+                                f"tokens and equal outer steps, each retuned: DDP's test loss "
+                                f"{ddp:+.2f}%, DiLoCo M = 8's {diloco:+.2f}%",
                     "verdict": 1.0 if diloco < ddp else 0.0})
     df = pd.DataFrame(out)
     df["verdict_text"] = [VERDICT[v] for v in df.verdict]
@@ -401,6 +403,16 @@ def _cause(histories: dict[str, pd.DataFrame], finding: str) -> str:
         return (f"M = 8 with {more_tokens} ({' → '.join(tokens['size'])}): {fmt(tokens)}: the "
                 + ("gap shrinks with the model once the runs are longer" if shrinks
                    else "gap does not shrink with the model in longer runs either"))
+    if finding.startswith("DiLoCo tolerates"):
+        b = batch_rise(histories)
+        b = b[b.tokens == MORE]
+        if b.empty:
+            return ""
+        ddp, diloco = (float(b[b.M == m].rise_pct.iloc[0]) for m in (0, 8))
+        return (f"{b['size'].iloc[0]} with {more_tokens}, {LARGE_BATCH}× the batch against 1×, "
+                f"each tuned: DDP's test loss {ddp:+.2f}%, DiLoCo M = 8's {diloco:+.2f}%: "
+                + ("in longer runs DiLoCo tolerates the larger batch better" if diloco < ddp
+                   else "in longer runs too DiLoCo suffers more from the larger batch"))
     if finding.startswith("the gap to DDP grows"):
         tokens = c[c.variant == more_tokens]
         by_m = {(r.size, r.M): r.gap_pct for r in tokens.itertuples()}
@@ -527,6 +539,34 @@ def committed(figures_dir=None) -> dict[str, pd.DataFrame]:
     return {"gaps": gaps, "findings": findings}
 
 
+def batch_rise(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """DDP's and DiLoCo M = 8's test loss at `LARGE_BATCH`× the batch against 1× (%, each at its
+    own recorded choices, mean over the seeds both have): the sweep's largest size, and the
+    last cause size at `MORE`× the tokens."""
+    quick = quick_of(histories)
+    t = table(histories)
+    t = t[t.more_syncs == 1]
+    rows = []
+    for tokens, size in ((1, list(SIZES[quick])[-1]), (MORE, CAUSES[quick][-1])):
+        record = CHOSEN if tokens == 1 else CHOSEN_LONGER
+        if (size, LARGE_BATCH) not in record[quick]:
+            continue
+        for m in (0, 8):
+            means = []
+            for factor in (1, LARGE_BATCH):
+                rec = record[quick][(size, factor)]
+                g = t[(t["size"] == size) & (t.factor == factor) & (t.more_tokens == tokens)
+                      & (t.m == m) & (t.inner_lr == rec["DDP"])]
+                g = g[g.outer_lr == rec[m]] if m else g
+                means.append(g.set_index("seed").test_loss)
+            seeds = means[0].index.intersection(means[1].index)
+            if len(seeds):
+                rows.append({"size": size, "tokens": tokens, "M": m, "seeds": len(seeds),
+                             "rise_pct": 100 * (means[1][seeds].mean() / means[0][seeds].mean()
+                                                - 1)})
+    return pd.DataFrame(rows)
+
+
 def causes(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Per size of `CAUSES` and M in `CHECK_INNER`: DiLoCo's test loss against DDP's (%) in the
     sweep, at `MORE`× the outer steps on the same tokens (seed 0, the outer lr with the lowest
@@ -536,7 +576,7 @@ def causes(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
     sweep = results(histories)
     rows = []
     for size in CAUSES[quick]:
-        rec, longer = CHOSEN[quick][(size, 1)], CHOSEN_LONGER[quick][size]
+        rec, longer = CHOSEN[quick][(size, 1)], CHOSEN_LONGER[quick][(size, 1)]
         ddp0 = t[(t["size"] == size) & (t.factor == 1) & (t.m == 0) & (t.seed == 0)
                  & (t.inner_lr == rec["DDP"]) & (t.more_tokens == 1)].test_loss.iloc[0]
         for m in CHECK_INNER:
@@ -549,7 +589,7 @@ def causes(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
                 rows.append({"size": size, "M": m, "variant": f"{MORE}× the outer steps",
                              "gap_pct": 100 * (best.test_loss / ddp0 - 1), "gap_std": math.nan,
                              "seeds": 1, "outer_lr": best.outer_lr})
-            long = t[(t["size"] == size) & (t.more_tokens == MORE)]
+            long = t[(t["size"] == size) & (t.more_tokens == MORE) & (t.factor == 1)]
             gaps = []
             for seed in sorted(set(long.seed)):
                 d = long[(long.m == 0) & (long.seed == seed) & (long.inner_lr == longer["DDP"])]
