@@ -535,13 +535,14 @@ else:  # the committed results of `make reproduce-scaling` (figures/results.json
     gaps, findings = committed["gaps"], committed["findings"]
     from IPython.display import Image
     from diloco_lite import paths
-    figure = paths.figures_dir(False) / "scaling_gap.png"
-    if figure.exists():
-        display(Image(filename=str(figure)))
+    for name in ("scaling_gap", "scaling_causes"):
+        figure = paths.figures_dir(False) / f"{name}.png"
+        if figure.exists():
+            display(Image(filename=str(figure)))
 if len(gaps):
     display(gaps.pivot_table(index=["size", "batch"], columns="M", values="gap_pct", sort=False)
             .style.format("{:+.2f}%", na_rep="").set_caption("test loss vs DDP (%), mean of seeds"))
-    display(findings[["finding", "verdict_text", "evidence"]].style.hide(axis="index"))
+    display(findings[["finding", "verdict_text", "evidence", "cause"]].style.hide(axis="index"))
 
 # %% [markdown]
 # **What the full sweep says** (`figures/results.md`, rows `scaling law`): RESULTS_TBD

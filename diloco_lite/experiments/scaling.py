@@ -62,16 +62,16 @@ EVAL_BATCHES = {False: 16, True: 2}
 # The causes (`cause_cells`): on the smaller sizes, 4× the outer steps, and 4× the tokens.
 CAUSES = {False: ("11k", "30k"), True: ("2k",)}
 MORE = 4
-CAUSE_INNER_LRS = {False: (6e-3, 1.2e-2, 2.4e-2), True: (3e-3, 1e-2)}
-CAUSE_OUTER_LRS = {False: (0.2, 0.4, 0.6, 0.8), True: (0.4, 1.0)}
+CAUSE_INNER_LRS = {False: (6e-3, 1.2e-2, 2.4e-2, 4.8e-2), True: (3e-3, 1e-2)}
+CAUSE_OUTER_LRS = {False: (0.1, 0.2, 0.4, 0.6, 0.8), True: (0.4, 1.0)}
 
 # The choices on the tune plays (`choices`), per (size, batch factor): DDP's inner lr ("DDP")
 # and DiLoCo's outer lr per M. The seed runs, and the grids after DDP's, use these.
 CHOSEN = {
     False: {("11k", 1): {"DDP": 2.4e-2, 1: 0.6, 2: 0.4, 4: 0.4, 8: 0.4},
             ("30k", 1): {"DDP": 2.4e-2, 1: 0.4, 2: 0.6, 4: 0.6, 8: 0.6},
-            ("109k", 1): {"DDP": 4.8e-2, 1: 0.6, 2: 0.8, 4: 0.8, 8: 0.8},
-            ("109k", 4): {"DDP": 2.4e-2, 8: 0.8}},
+            ("109k", 1): {"DDP": 4.8e-2, 1: 0.2, 2: 0.6, 4: 0.8, 8: 0.8},
+            ("109k", 4): {"DDP": 2.4e-2, 8: 0.2}},
     True: {("2k", 1): {"DDP": 1e-2, 1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0},
            ("6k", 1): {"DDP": 1e-2, 1: 0.4, 2: 0.4, 4: 0.4, 8: 0.4},
            ("6k", 4): {"DDP": 1e-2, 8: 1.0}},
@@ -81,7 +81,7 @@ CHOSEN = {
 # The last size also at 4× the batch (the batch finding in longer runs).
 CHOSEN_LONGER = {False: {("11k", 1): {"DDP": 1.2e-2, 1: 0.4, 8: 0.6},
                          ("30k", 1): {"DDP": 1.2e-2, 1: 0.4, 8: 0.6},
-                         ("30k", 4): {"DDP": 2.4e-2, 8: 0.6}},
+                         ("30k", 4): {"DDP": 2.4e-2, 8: 0.4}},
                  True: {("2k", 1): {"DDP": 1e-2, 1: 1.0, 8: 0.4},
                         ("2k", 4): {"DDP": 1e-2, 8: 0.4}}}
 
@@ -399,6 +399,8 @@ def _cause(histories: dict[str, pd.DataFrame], finding: str) -> str:
                    "Neither check brings it back"))
     if finding.startswith("the gap shrinks"):
         tokens = at(more_tokens, 8)
+        if len(tokens) < 2:
+            return ""
         shrinks = len(tokens) > 1 and bool(np.all(np.diff(tokens.gap_pct) < 0))
         return (f"M = 8 with {more_tokens} ({' → '.join(tokens['size'])}): {fmt(tokens)}: the "
                 + ("gap shrinks with the model once the runs are longer" if shrinks
