@@ -1,5 +1,5 @@
 """Figures of the papers' protocol (`experiments.protocol`): the outer-lr grid on the tune plays,
-from scratch against a warm start, and the scaling-law sweep."""
+and from scratch against a warm start (the scaling-law sweep: `plots.scaling`)."""
 
 from __future__ import annotations
 
@@ -53,20 +53,3 @@ def warm_start(table: pd.DataFrame) -> alt.Chart:
     text = base.mark_text(align="left", dx=9, dy=-9, fontSize=10).encode(text="text:N")
     return (dots + text).properties(width=420, height=36 * len(order),
                                     title="From scratch vs a warm start, at equal tokens")
-
-
-def scaling(table: pd.DataFrame) -> alt.FacetChart:
-    """DiLoCo's test-plays loss against DDP's (%, below zero: DiLoCo better) for M = 1…8 workers
-    at a fixed global batch: one line per model size, one panel per run length. `table`:
-    `protocol.scaling_table` (the 4×-batch runs are left out)."""
-    df = table[(table.M > 0) & ~table.method.str.contains("4×")].rename(columns={"size": "model"})
-    zero = alt.Chart().mark_rule(color="#666", strokeDash=[4, 3]).encode(y=alt.datum(0))
-    lines = alt.Chart().mark_line(point=True, strokeWidth=2).encode(
-        x=alt.X("M:O", title="workers M (global batch fixed)", axis=alt.Axis(labelAngle=0)),
-        y=alt.Y("loss_vs_ddp_pct:Q", title="test loss vs DDP (%)"),
-        color=alt.Color("model:N", title="model", sort=list(dict.fromkeys(df.model))),
-        tooltip=["model", "steps", "M", alt.Tooltip("loss_vs_ddp_pct:Q", format="+.2f"),
-                 alt.Tooltip("test_loss:Q", format=".4f")])
-    return alt.layer(lines, zero, data=df).properties(width=240, height=220) \
-        .facet(column=alt.Column("steps:O", title="run length (steps)")) \
-        .properties(title="The scaling-law sweep: DiLoCo against DDP as M and the model grow")
