@@ -1,0 +1,411 @@
+"""The scaling-law sweep's analyses, figures and results rows (`experiments.scaling` re-exports
+them): the choices on the tune plays, the test-plays gaps paired by seed, the inner-lr check, the
+cause checks, and the paper's four findings with their verdicts. Every one reads the final
+evaluation of each run. Import `experiments.scaling`, not this module: it reads the design's
+names from there."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+
+from .scaling import (
+    CAUSE_INNER_LRS,
+    CAUSE_OUTER_LRS,
+    CAUSES,
+    CHECK_INNER,
+    CHOSEN,
+    CHOSEN_LONGER,
+    EXPERIMENT,
+    INNER_LRS,
+    LARGE_BATCH,
+    MORE,
+    OUTER_LRS,
+    SIZES,
+    TOKENS_PER_PARAM,
+    WORKERS,
+    Cell,
+    config,
+    quick_of,
+)
+
+# --------------------------------------------------------------------------------------------
+# Analyses (every one reads the final evaluation of each run)
+# --------------------------------------------------------------------------------------------
+
+
+def table(histories: dict[str, pd.DataFrame], base: bool = False) -> pd.DataFrame:
+    """One row per run: its cell's fields and the final tune- and test-plays loss/accuracy;
+    with `base`, only the runs at the sweep's H (not the outer-steps check's)."""
+    rows = []
+    for label, h in histories.items():
+        last = h.iloc[-1]
+        rows.append({**dataclasses.asdict(Cell.parse(label)), "method": Cell.parse(label).method,
+                     **{k: float(last[k]) for k in ("tune_loss", "test_loss", "test_accuracy")}})
+    t = pd.DataFrame(rows)
+    return t[(t.more_syncs == 1) & (t.more_tokens == 1)] if base else t
+
+
+def choices(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per (size, factor, tokens, method): the lr with the lowest seed-0 tune-plays loss in its
+    grid (DDP: inner lr; DiLoCo: outer lr at the recorded inner lr), whether it sits on the
+    grid's edge, and whether it agrees with the record (`CHOSEN`, at `MORE`× the tokens
+    `CHOSEN_LONGER`). The test plays are never read here."""
+    t = table(histories)
+    t = t[t.more_syncs == 1]
+    quick = quick_of(histories)
+    rows = []
+    for (size, factor, more, m), g in t[t.seed == 0].groupby(
+            ["size", "factor", "more_tokens", "m"], sort=False):
+        recorded = (CHOSEN[quick][(size, factor)] if more == 1
+                    else CHOSEN_LONGER[quick][(size, factor)])
+        if m == 0:
+            grid, knob, key = g, "inner_lr", "DDP"
+        else:
+            grid, knob, key = g[g.inner_lr == recorded["DDP"]], "outer_lr", m
+        best = grid.loc[grid.tune_loss.idxmin()]
+        values = sorted(grid[knob])
+        rows.append({"size": size, "factor": factor, "tokens": more, "method": best.method,
+                     "knob": knob, "chosen": float(best[knob]), "tune_loss": float(best.tune_loss),
+                     "on_edge": len(values) > 1 and best[knob] in (values[0], values[-1]),
+                     "recorded": recorded[key], "agrees": recorded[key] == best[knob]})
+    return pd.DataFrame(rows)
+
+
+def disagreements(histories: dict[str, pd.DataFrame]) -> list[str]:
+    """A sentence for each choice of the grids that `CHOSEN` does not record."""
+    return [f"{r.size}, {r.factor}× batch, {r.tokens}× tokens, {r.method}: the tune plays now "
+            f"choose {r.knob} {r.chosen:g}, but {'CHOSEN' if r.tokens == 1 else 'CHOSEN_LONGER'}"
+            f" records {r.recorded:g}: update experiments.scaling"
+            for r in choices(histories).itertuples() if not r.agrees]
+
+
+def inner_check(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """DiLoCo (M in `CHECK_INNER`, at its chosen outer lr, seed 0) at DDP's inner lr and the
+    grid's neighbours: tune- and test-plays loss, and the test loss against DDP's inner lr (%)."""
+    t = table(histories, base=True)
+    quick = quick_of(histories)
+    rows = []
+    for (size, factor), rec in CHOSEN[quick].items():
+        for m in CHECK_INNER:
+            g = t[(t["size"] == size) & (t.factor == factor) & (t.m == m) & (t.seed == 0)
+                  & (t.outer_lr == rec.get(m))]
+            if g.inner_lr.nunique() < 2:
+                continue
+            ref = float(g[g.inner_lr == rec["DDP"]].test_loss.iloc[0])
+            for r in g.sort_values("inner_lr").itertuples():
+                rows.append({"size": size, "method": f"M={m}", "inner_lr": r.inner_lr,
+                             "is_ddps": r.inner_lr == rec["DDP"], "tune_loss": r.tune_loss,
+                             "test_loss": r.test_loss,
+                             "vs_ddps_lr_pct": 100 * (r.test_loss / ref - 1)})
+    df = pd.DataFrame(rows)
+    if len(df):
+        best = df.groupby(["size", "method"], sort=False).tune_loss.transform("min")
+        df["best_on_tune"] = df.tune_loss == best
+    return df
+
+
+def results(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per (size, factor, method) at the chosen settings: test loss and accuracy over the seeds
+    (mean, std), and DiLoCo's test loss against DDP's of the same seed (%, the paper's measure:
+    negative = DiLoCo better), mean and std over the seeds."""
+    t = table(histories, base=True)
+    quick = quick_of(histories)
+    keep = []
+    for r in t.itertuples():
+        rec = CHOSEN[quick][(r.size, r.factor)]
+        keep.append(r.inner_lr == rec["DDP"] and (r.m == 0 or r.outer_lr == rec.get(r.m)))
+    t = t[keep]
+    ddp = {(r.size, r.factor, r.seed): r.test_loss for r in t[t.m == 0].itertuples()}
+    t = t.assign(gap=[100 * (r.test_loss / ddp[(r.size, r.factor, r.seed)] - 1)
+                      for r in t.itertuples()])
+    params = {s: n for s, (_, n, _) in SIZES[quick].items()}
+    rows = []
+    for (size, factor, m), g in t.groupby(["size", "factor", "m"], sort=False):
+        rows.append({"size": size, "params": params[size], "factor": factor, "M": m,
+                     "method": g.method.iloc[0], "seeds": len(g),
+                     "test_loss": g.test_loss.mean(), "test_loss_std": _std(g.test_loss),
+                     "test_accuracy": g.test_accuracy.mean(),
+                     "gap_pct": g.gap.mean(), "gap_std": _std(g.gap)})
+    return pd.DataFrame(rows)
+
+
+def _std(x) -> float:
+    return float(np.std(x, ddof=1)) if len(x) > 1 else math.nan
+
+
+# The scaling-law paper's Table 4: DiLoCo's evaluation loss against data-parallel's, %, per M, at
+# its smallest (35M) and largest (2.4B) model; H = 30, 20 tokens per parameter, outer lr tuned
+# per M from {0.2, 0.4, ..., 1.0}.
+PAPER_LOSS_VS_DP_PCT = {"35M": {1: -0.1, 2: 0.7, 4: 2.0, 8: 3.9},
+                        "2.4B": {1: -0.4, 2: -0.1, 4: 0.3, 8: 1.1}}
+VERDICT = {1.0: "reproduced", 0.5: "reproduced only partly", 0.0: "not reproduced"}
+
+
+def _sign(mean: float, std: float) -> int:
+    """-1 / +1 when `mean` is below / above zero by more than one `std` (the spread over seeds),
+    0 when within it (with one seed: the sign)."""
+    noise = 0.0 if math.isnan(std) else std
+    return -1 if mean < -noise else (1 if mean > noise else 0)
+
+
+def _verdict(flags: list[bool]) -> float:
+    return 1.0 if all(flags) else (0.5 if any(flags) else 0.0)
+
+
+def findings(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The paper's four findings: `verdict` 1 (reproduced in every size or M), 0.5 (in some),
+    0 (in none), with the evidence (test plays, mean ± std over the seeds)."""
+    r = results(histories)
+    plain = r[r.factor == 1]
+    sizes = list(dict.fromkeys(plain["size"]))
+
+    def gap(size, m, factor=1):
+        row = r[(r["size"] == size) & (r.M == m) & (r.factor == factor)].iloc[0]
+        return float(row.gap_pct), float(row.gap_std)
+
+    def pm(v):
+        return f"{v[0]:+.2f}%" + ("" if math.isnan(v[1]) else f" ± {v[1]:.2f}")
+
+    m1 = {s: gap(s, 1) for s in sizes}
+    grows = {s: [gap(s, m)[0] for m in WORKERS] for s in sizes}
+    shrinks = {m: [gap(s, m)[0] for s in sizes] for m in WORKERS[1:]}
+    out = [
+        {"finding": "DiLoCo with M = 1 matches or beats DDP",
+         "evidence": "; ".join(f"{s}: {pm(v)}" for s, v in m1.items()),
+         "verdict": _verdict([_sign(*v) <= 0 for v in m1.values()])},
+        {"finding": "the gap to DDP grows with M",
+         "evidence": "; ".join(f"{s}: " + " → ".join(f"{g:+.1f}%" for g in v)
+                               for s, v in grows.items()),
+         "verdict": _verdict([bool(np.all(np.diff(v) > 0)) for v in grows.values()])},
+        {"finding": "the gap shrinks as the model grows",
+         "evidence": "; ".join(f"M = {m}: " + " → ".join(f"{g:+.1f}%" for g in v)
+                               for m, v in shrinks.items()) + f" ({' → '.join(sizes)})",
+         "verdict": _verdict([bool(np.all(np.diff(v) < 0)) for v in shrinks.values()])},
+    ]
+    b = batch_rise(histories)
+    b = b[b.tokens == 1] if len(b) else b
+    if len(b):
+        ddp, diloco = (float(b[b.M == m].rise_pct.iloc[0]) for m in (0, 8))
+        out.append({"finding": "DiLoCo tolerates a larger batch than DDP",
+                    "evidence": f"{b['size'].iloc[0]}, {LARGE_BATCH}× the global batch at equal "
+                                f"tokens and equal outer steps, each retuned: DDP's test loss "
+                                f"{ddp:+.2f}%, DiLoCo M = 8's {diloco:+.2f}%",
+                    "verdict": 1.0 if diloco < ddp else 0.0})
+    df = pd.DataFrame(out)
+    df["verdict_text"] = [VERDICT[v] for v in df.verdict]
+    df["cause"] = [_cause(histories, f) if v < 1 else "" for f, v
+                   in zip(df.finding, df.verdict, strict=True)]
+    return df
+
+
+def _cause(histories: dict[str, pd.DataFrame], finding: str) -> str:
+    """What the cause checks (`causes`) say about a finding not reproduced in full: the numbers,
+    and which check brings it back (none: said so)."""
+    c = causes(histories)
+    if c.empty:
+        return ""
+    more_steps, more_tokens = f"{MORE}× the outer steps", f"{MORE}× the tokens"
+
+    def at(variant, m):
+        return c[(c.variant == variant) & (c.M == m)]
+
+    def fmt(rows):
+        return ", ".join(f"{r.size} {r.gap_pct:+.2f}%" for r in rows.itertuples())
+
+    if finding.startswith("DiLoCo with M = 1"):
+        steps, tokens = at(more_steps, 1), at(more_tokens, 1)
+        back = all(_sign(r.gap_pct, r.gap_std) <= 0 for r in tokens.itertuples())
+        return (f"M = 1 against DDP with {more_steps} on the same tokens: {fmt(steps)}; with "
+                f"{more_tokens} at the same H: {fmt(tokens)}. "
+                + ("More tokens bring it back, more syncs do not: our runs are too short per "
+                   "parameter for the outer optimizer to pay off" if back else
+                   "Neither check brings it back"))
+    if finding.startswith("the gap shrinks"):
+        tokens = at(more_tokens, 8)
+        if len(tokens) < 2:
+            return ""
+        shrinks = len(tokens) > 1 and bool(np.all(np.diff(tokens.gap_pct) < 0))
+        return (f"M = 8 with {more_tokens} ({' → '.join(tokens['size'])}): {fmt(tokens)}: the "
+                + ("gap shrinks with the model once the runs are longer" if shrinks
+                   else "gap does not shrink with the model in longer runs either"))
+    if finding.startswith("DiLoCo tolerates"):
+        b = batch_rise(histories)
+        b = b[b.tokens == MORE]
+        if b.empty:
+            return ""
+        ddp, diloco = (float(b[b.M == m].rise_pct.iloc[0]) for m in (0, 8))
+        return (f"{b['size'].iloc[0]} with {more_tokens}, {LARGE_BATCH}× the batch against 1×, "
+                f"each tuned: DDP's test loss {ddp:+.2f}%, DiLoCo M = 8's {diloco:+.2f}%: "
+                + ("in longer runs DiLoCo tolerates the larger batch better" if diloco < ddp
+                   else "in longer runs too DiLoCo suffers more from the larger batch"))
+    if finding.startswith("the gap to DDP grows"):
+        tokens = c[c.variant == more_tokens]
+        by_m = {(r.size, r.M): r.gap_pct for r in tokens.itertuples()}
+        return f"with {more_tokens}: " + "; ".join(
+            f"{size}: M = 1 {by_m[size, 1]:+.2f}%, M = 8 {by_m[size, 8]:+.2f}%"
+            for size in dict.fromkeys(tokens["size"]))
+    return ""
+
+
+# --------------------------------------------------------------------------------------------
+# Figures and rows
+# --------------------------------------------------------------------------------------------
+
+
+def figures(group: str, histories: dict[str, pd.DataFrame]) -> dict[str, object]:
+    from ..plots import scaling as sp
+
+    quick = quick_of(histories)
+    return {"scaling_gap": sp.gap(results(histories), PAPER_LOSS_VS_DP_PCT,
+                                  TOKENS_PER_PARAM[quick]),
+            "scaling_tuning": sp.tuning(table(histories, base=True), choices(histories)),
+            "scaling_causes": sp.causes(causes(histories))}
+
+
+def rows(group: str, histories: dict[str, pd.DataFrame]) -> list[dict]:
+    """Results rows: the choices (tune plays), then test-plays losses and gaps (mean over the
+    seeds, with std), the inner-lr check, and the findings."""
+    from .common import describe
+
+    quick = quick_of(histories)
+    out = []
+
+    def add(method, metric, value, published=None, std=None, seeds=None, config=""):
+        out.append({"experiment": EXPERIMENT, "method": method, "metric": metric,
+                    "value": float(value), "std": std, "seeds": seeds, "published": published,
+                    "config": config})
+
+    def cfg(size, factor, m):
+        rec = CHOSEN[quick][(size, factor)]
+        cell = Cell(size, factor, m, rec["DDP"], rec.get(m) if m else None, 0)
+        return describe(config(quick, cell)) + f" lr={rec['DDP']:g}"
+
+    for c in choices(histories).itertuples():
+        edge = "; ON THE GRID'S EDGE" if c.on_edge else ""
+        grid = INNER_LRS[quick] if c.knob == "inner_lr" else OUTER_LRS[quick]
+        agree = "agrees with" if c.agrees else "DIFFERS from"
+        if c.tokens != 1:
+            grid = CAUSE_INNER_LRS[quick] if c.knob == "inner_lr" else CAUSE_OUTER_LRS[quick]
+        tokens = f" · {c.tokens}× tokens" if c.tokens != 1 else ""
+        add(f"{c.size} · {c.factor}× batch{tokens} · {c.method}",
+            f"chosen {c.knob.replace('_', ' ')}", c.chosen,
+            config=f"grid {list(grid)}{edge}; {agree} the record ({c.recorded:g})")
+    for r in results(histories).itertuples():
+        label = f"{r.size} · {r.factor}× batch · {r.method}"
+        add(label, "test-plays loss", r.test_loss, std=r.test_loss_std, seeds=r.seeds,
+            config=cfg(r.size, r.factor, r.M))
+        if r.M:
+            paper = PAPER_LOSS_VS_DP_PCT["35M"][r.M] if r.factor == 1 else None
+            add(label, "test loss vs DDP (%)", r.gap_pct, paper, std=r.gap_std, seeds=r.seeds,
+                config=cfg(r.size, r.factor, r.M))
+    for r in inner_check(histories).itertuples():
+        tag = " (DDP's)" if r.is_ddps else ""
+        best = "; best on the tune plays" if r.best_on_tune else ""
+        add(f"{r.size} · {r.method} · inner lr {r.inner_lr:g}{tag}",
+            "test loss vs DDP's inner lr (%)", r.vs_ddps_lr_pct,
+            config=f"seed 0, at the chosen outer lr{best}")
+    for r in causes(histories).itertuples():
+        add(f"{r.size} · M={r.M} · {r.variant}", "cause check: test loss vs DDP (%)", r.gap_pct,
+            std=None if math.isnan(r.gap_std) else r.gap_std, seeds=r.seeds,
+            config="" if math.isnan(getattr(r, "outer_lr", math.nan))
+            else f"outer lr {r.outer_lr:g}")
+    for f in findings(histories).itertuples():  # published 1: the paper reports it
+        cause = f"; cause check: {f.cause}" if f.cause else ""
+        add(f.finding, "reproduced (1), partly (0.5) or not (0)", f.verdict, 1.0,
+            config=f"evidence: {f.evidence}{cause}")
+    return out
+
+
+def committed(figures_dir=None) -> dict[str, pd.DataFrame]:
+    """The sweep's results as `make reproduce-scaling` last wrote them to `results.json` (for a
+    notebook that should not train it): `gaps`, size × M, and `findings`; empty when absent."""
+    import json
+    from pathlib import Path
+
+    from .. import paths
+
+    path = Path(figures_dir or paths.figures_dir(False)) / "results.json"
+    rows = pd.DataFrame(json.loads(path.read_text())) if path.exists() else pd.DataFrame()
+    if rows.empty or EXPERIMENT not in set(rows.experiment):
+        return {"gaps": pd.DataFrame(), "findings": pd.DataFrame()}
+    rows = rows[rows.experiment == EXPERIMENT]
+    gap = rows[rows.metric == "test loss vs DDP (%)"]
+    parts = gap.method.str.split(" · ", expand=True)
+    gaps = pd.DataFrame({"size": parts[0], "batch": parts[1], "M": parts[2],
+                         "gap_pct": gap.value.to_numpy(), "gap_std": gap["std"].to_numpy()})
+    verdicts = rows[rows.metric.str.startswith("reproduced")]
+    text = verdicts.config.str.removeprefix("evidence: ").str.split("; cause check: ", n=1)
+    findings = pd.DataFrame({"finding": verdicts.method.to_numpy(),
+                             "verdict_text": [VERDICT[v] for v in verdicts.value],
+                             "evidence": [t[0] for t in text],
+                             "cause": [t[1] if len(t) > 1 else "" for t in text]})
+    return {"gaps": gaps, "findings": findings}
+
+
+def batch_rise(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """DDP's and DiLoCo M = 8's test loss at `LARGE_BATCH`× the batch against 1× (%, each at its
+    own recorded choices, mean over the seeds both have): the sweep's largest size, and the
+    last cause size at `MORE`× the tokens."""
+    quick = quick_of(histories)
+    t = table(histories)
+    t = t[t.more_syncs == 1]
+    rows = []
+    for tokens, size in ((1, list(SIZES[quick])[-1]), (MORE, CAUSES[quick][-1])):
+        record = CHOSEN if tokens == 1 else CHOSEN_LONGER
+        if (size, LARGE_BATCH) not in record[quick]:
+            continue
+        for m in (0, 8):
+            means = []
+            for factor in (1, LARGE_BATCH):
+                rec = record[quick][(size, factor)]
+                g = t[(t["size"] == size) & (t.factor == factor) & (t.more_tokens == tokens)
+                      & (t.m == m) & (t.inner_lr == rec["DDP"])]
+                g = g[g.outer_lr == rec[m]] if m else g
+                means.append(g.set_index("seed").test_loss)
+            seeds = means[0].index.intersection(means[1].index)
+            if len(seeds):
+                rows.append({"size": size, "tokens": tokens, "M": m, "seeds": len(seeds),
+                             "rise_pct": 100 * (means[1][seeds].mean() / means[0][seeds].mean()
+                                                - 1)})
+    return pd.DataFrame(rows)
+
+
+def causes(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per size of `CAUSES` and M in `CHECK_INNER`: DiLoCo's test loss against DDP's (%) in the
+    sweep, at `MORE`× the outer steps on the same tokens (seed 0, the outer lr with the lowest
+    tune-plays loss), and at `MORE`× the tokens (the recorded choices, paired by seed)."""
+    quick = quick_of(histories)
+    t = table(histories)
+    sweep = results(histories)
+    rows = []
+    for size in CAUSES[quick]:
+        rec, longer = CHOSEN[quick][(size, 1)], CHOSEN_LONGER[quick][(size, 1)]
+        ddp0 = t[(t["size"] == size) & (t.factor == 1) & (t.m == 0) & (t.seed == 0)
+                 & (t.inner_lr == rec["DDP"]) & (t.more_tokens == 1)].test_loss.iloc[0]
+        for m in CHECK_INNER:
+            row = sweep[(sweep["size"] == size) & (sweep.M == m) & (sweep.factor == 1)].iloc[0]
+            rows.append({"size": size, "M": m, "variant": "the sweep", "gap_pct": row.gap_pct,
+                         "gap_std": row.gap_std, "seeds": row.seeds})
+            g = t[(t["size"] == size) & (t.m == m) & (t.more_syncs == MORE)]
+            if len(g):
+                best = g.loc[g.tune_loss.idxmin()]
+                rows.append({"size": size, "M": m, "variant": f"{MORE}× the outer steps",
+                             "gap_pct": 100 * (best.test_loss / ddp0 - 1), "gap_std": math.nan,
+                             "seeds": 1, "outer_lr": best.outer_lr})
+            long = t[(t["size"] == size) & (t.more_tokens == MORE) & (t.factor == 1)]
+            gaps = []
+            for seed in sorted(set(long.seed)):
+                d = long[(long.m == 0) & (long.seed == seed) & (long.inner_lr == longer["DDP"])]
+                x = long[(long.m == m) & (long.seed == seed) & (long.inner_lr == longer["DDP"])
+                         & (long.outer_lr == longer[m])]
+                if len(d) and len(x):
+                    gaps.append(100 * (x.test_loss.iloc[0] / d.test_loss.iloc[0] - 1))
+            if gaps:
+                rows.append({"size": size, "M": m, "variant": f"{MORE}× the tokens",
+                             "gap_pct": float(np.mean(gaps)), "gap_std": _std(gaps),
+                             "seeds": len(gaps), "outer_lr": longer[m]})
+    return pd.DataFrame(rows)
