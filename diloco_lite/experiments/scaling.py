@@ -1,9 +1,9 @@
 """The scaling-law sweep (Charles et al. 2025, arXiv 2503.09799) at classroom scale, tuned.
 
 Three model sizes, 10.6k to 109k parameters (10×), each trained on **40 tokens per parameter**
-(`TOKENS_PER_PARAM`), at a global batch fixed per size (`GLOBAL_BATCH`, grown with the model so
-that every size takes about the same number of steps: 26–27 outer steps at H = 32). For each
-size: DDP, and DiLoCo with M ∈ {1, 2, 4, 8} workers sharing that global batch (M × B).
+(`TOKENS_PER_PARAM`), at a global batch fixed per size (`SIZES`' third field, grown with the
+model so that every size takes about the same number of steps: 24–27 outer steps at H = 32).
+For each size: DDP, and DiLoCo with M ∈ {1, 2, 4, 8} workers sharing that global batch (M × B).
 
 Why 40 and not the paper's 20: at 20 our smallest model would see 211k characters, 412 steps of
 8 sequences (the fewest 8 workers can share), 13 outer steps at H = 32: too few syncs for DiLoCo
@@ -24,8 +24,12 @@ The batch finding (`LARGE_BATCH`): on the largest model, DDP and DiLoCo M = 8 at
 batch, on the same tokens, so a quarter of the steps — and DiLoCo at H / 4, so that it takes the
 same number of outer steps: the batch is the only change. Both are tuned again at that batch.
 
-This group is not part of `make reproduce` (`SEPARATE`): it takes about an hour on 2 cores
-(`make reproduce-scaling`). Quick mode keeps every code path on two tiny models.
+The cause checks (`cause_cells`), on the two smaller sizes: 4× the outer steps on the same
+tokens, and 4× the tokens at the same H (every lr chosen again, `CHOSEN_LONGER`), the batch
+finding included.
+
+This group is not part of `make reproduce` (`SEPARATE`): its 230 runs took 86 min of training
+on 2 cores (`make reproduce-scaling`). Quick mode keeps every code path on two tiny models.
 
 This module is the design (sizes, grids, recorded choices, the runs); `scaling_findings`, which
 it re-exports, reads the runs: the choices, the gaps, the cause checks and the findings.
