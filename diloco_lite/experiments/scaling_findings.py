@@ -1,8 +1,8 @@
 """The scaling-law sweep's analyses, figures and results rows (`experiments.scaling` re-exports
 them): the choices on the tune plays, the test-plays gaps paired by seed, the inner-lr check, the
 cause checks, and the paper's four findings with their verdicts. Every one reads the final
-evaluation of each run. Import `experiments.scaling`, not this module: it reads the design's
-names from there."""
+evaluation of each run. `experiments.scaling` re-exports it with the design
+(`scaling_design`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .scaling import (
+from .scaling_design import (
     CAUSE_INNER_LRS,
     CAUSE_OUTER_LRS,
     CAUSES,
