@@ -21,16 +21,19 @@ def _final(**values) -> pd.DataFrame:
 @pytest.mark.parametrize("quick", [False, True])
 def test_every_size_trains_on_the_same_tokens_per_parameter(quick):
     ratio = scaling.TOKENS_PER_PARAM[quick]
-    for size, (_, n_params, batch) in scaling.SIZES[quick].items():
-        cfgs = [scaling.config(quick, c) for c in scaling.cells(quick)
-                if c.size == size and c.factor == 1 and c.more_tokens == 1]
-        for cfg in cfgs:
+    for size, (_, n_params, own) in scaling.SIZES[quick].items():
+        cells = [c for c in scaling.cells(quick)
+                 if c.size == size and c.factor == 1 and c.more_tokens == 1]
+        for cell in cells:
+            cfg, batch = scaling.config(quick, cell), cell.base or own
             tokens = cfg.steps * cfg.workers * cfg.batch_size * cfg.seq_len
             # whole outer steps of H, the nearest: within half an outer step of the ratio
             half_outer_step = scaling.H[quick] * batch * cfg.seq_len / 2
             assert abs(tokens - ratio * n_params) <= half_outer_step
-            assert abs(tokens / n_params / ratio - 1) < (0.1 if quick else 0.03)
+            if not cell.base:
+                assert abs(tokens / n_params / ratio - 1) < (0.1 if quick else 0.03)
             assert cfg.workers * cfg.batch_size == batch  # M × B: the size's global batch
+            assert cell.base in (0, scaling.SMALL_BASE[quick])  # or the batch cause's
             assert cfg.steps % scaling.H[quick] == 0
     counts = [n for _, n, _ in scaling.SIZES[quick].values()]
     if not quick:
@@ -49,10 +52,11 @@ def test_the_larger_batch_keeps_tokens_and_outer_steps():
     for quick in (False, True):
         cells = scaling.cells(quick)
         big = [c for c in cells if c.factor == scaling.LARGE_BATCH and c.more_tokens == 1]
-        assert {c.m for c in big} == {0, 8} and len({c.size for c in big}) == 1
+        for size in scaling.SIZES[quick]:  # every size: DDP and M = 8 at least
+            assert {0, 8} <= {c.m for c in big if c.size == size}
         for c in big:
             small = scaling.config(quick, scaling.Cell(c.size, 1, c.m, c.inner_lr, c.outer_lr,
-                                                       c.seed))
+                                                       c.seed, base=c.base))
             large = scaling.config(quick, c)
             assert large.tokens_per_step == scaling.LARGE_BATCH * small.tokens_per_step
             assert large.tokens_per_step * large.steps == small.tokens_per_step * small.steps
@@ -67,8 +71,18 @@ def test_the_cause_checks_change_one_thing_each():
             plain = scaling.config(quick, scaling.Cell(c.size, c.factor, c.m, c.inner_lr,
                                                        c.outer_lr, c.seed))
             cfg = scaling.config(quick, c)
-            assert cfg.tokens_per_step == plain.tokens_per_step and cfg.model == plain.model
+            assert cfg.model == plain.model
             h, h0 = (getattr(x.algorithm, "inner_steps", None) for x in (cfg, plain))
+            if c.base:  # a smaller global batch, the same tokens and H
+                assert c.more_syncs == c.more_tokens == 1
+                assert cfg.tokens_per_step == c.base * c.factor * cfg.seq_len
+                assert plain.tokens_per_step == scaling.SIZES[quick][c.size][2] * c.factor * 64
+                tokens = cfg.steps * cfg.tokens_per_step  # the ratio's, to half an outer step
+                ratio = scaling.TOKENS_PER_PARAM[quick] * scaling.SIZES[quick][c.size][1]
+                assert abs(tokens - ratio) <= scaling.H[quick] * cfg.tokens_per_step / 2
+                assert h == h0
+                continue
+            assert cfg.tokens_per_step == plain.tokens_per_step
             if c.more_syncs > 1:  # same tokens, 4x the outer steps
                 assert cfg.steps == plain.steps and h * scaling.MORE == h0
             else:  # 4x the tokens at the same H
@@ -238,6 +252,22 @@ def test_make_reproduce_reads_the_sweep_but_never_trains_it(monkeypatch, tmp_pat
     assert sorted(methods) == ["kept", "new"]
 
 
+def test_a_notebook_reads_a_separate_group_only_when_every_run_is_cached(monkeypatch, tmp_path):
+    from diloco_lite import experiments
+
+    monkeypatch.setattr(experiments, "groups", lambda quick: {"scaling": {"a": "ka", "b": "kb"}})
+    monkeypatch.setattr(reproduce, "run_key", lambda cfg: cfg)
+    monkeypatch.setattr(reproduce, "runs_dir", lambda quick: tmp_path)
+    monkeypatch.setattr(reproduce, "run_cached", lambda *a, **k: pytest.fail("trained"))
+    session = reproduce.Session(quick=True, progress=False)
+    pd.DataFrame({"step": [1], "test_loss": [2.5]}).to_csv(tmp_path / "ka.csv", index=False)
+    assert session.cached_group("scaling") is None  # one of two cached: nothing, not a part
+    pd.DataFrame({"step": [1], "test_loss": [3.5]}).to_csv(tmp_path / "kb.csv", index=False)
+    got = session.cached_group("scaling")
+    assert sorted(got) == ["a", "b"]
+    assert (got["a"].test_loss.iloc[0], got["b"].test_loss.iloc[0]) == (2.5, 3.5)
+
+
 def test_a_notebook_reads_the_committed_findings_back(tmp_path):
     histories = _sweep(PAPER_LIKE)
     rows = scaling.rows("scaling", histories)
@@ -300,22 +330,88 @@ def test_a_finding_not_reproduced_carries_what_the_cause_checks_found(tmp_path):
 
 
 def test_the_batch_finding_compares_each_method_with_itself_at_1x_and_4x():
-    longer = scaling.CHOSEN_LONGER[True]
+    # each method's test loss at 4x its own batch: the rise (%) per (size, tokens, base, M),
+    # and M = 8's own test loss at 1× per setting (DDP's is 2.0, other M's 2.2)
+    small = ("6k", 1, scaling.SMALL_BASE[True])
+    rises = {("2k", 1, 0): {0: 10, 1: 16, 2: 14, 4: 12, 8: 20},  # the sweep: not on 2k,
+             ("6k", 1, 0): {0: 10, 8: 5},  # but on 6k
+             ("2k", scaling.MORE, 0): {0: 10, 8: 5},  # longer runs
+             small: {0: 10, 8: 3}}  # from the smaller batch
+    m8_at_1x = {("2k", 1, 0): 2.1, ("6k", 1, 0): 2.5, ("2k", scaling.MORE, 0): 2.4, small: 2.3}
 
     def loss(c):
-        r = (longer if c.more_tokens > 1 else scaling.CHOSEN[True]).get((c.size, c.factor))
-        off = r is None or c.inner_lr != r["DDP"] or (c.m and c.outer_lr != r[c.m])
-        if c.more_syncs > 1 or off:
-            return 9.0, 9.0
-        base = 2.0 if c.m == 0 else 2.2  # at 1x; at 4x the batch: the sweep DDP +10%, M=8
-        rise = {(1, 0): 10, (1, 8): 20, (4, 0): 10, (4, 8): 5}.get((c.more_tokens, c.m), 0)
-        return 1.0, (base * (1 + rise / 100) if c.factor > 1 else base)  # +20%; longer: +5%
+        rec = scaling.recorded(True, c.size, c.factor, c.more_tokens, c.base)
+        if c.more_syncs > 1 or c.inner_lr != rec["DDP"] or (c.m and c.outer_lr != rec[c.m]):
+            return 9.0, 9.0  # off the recorded choices: never read
+        key = (c.size, c.more_tokens, c.base)
+        at_1x = 2.0 if c.m == 0 else m8_at_1x[key] if c.m == 8 else 2.2
+        rise = rises[key].get(c.m, 0)
+        return 1.0, at_1x * (1 + rise / 100) if c.factor > 1 else at_1x
 
-    h = _histories(True, loss)
-    b = scaling.batch_rise(h).set_index(["tokens", "M"]).rise_pct
-    assert b[1, 0] == pytest.approx(10) and b[1, 8] == pytest.approx(20)
-    assert b[scaling.MORE, 8] == pytest.approx(5)
-    f = scaling.findings(h).set_index("finding")
+    b = scaling.batch_rise(_histories(True, loss))
+    got = {(r.size, r.tokens, r.base, r.M): r.rise_pct for r in b.itertuples()}
+    want = {(*k, m): v for k, by_m in rises.items() for m, v in by_m.items()}
+    assert got == pytest.approx(want)
+    assert set(b.batch[b.base > 0]) == {scaling.SMALL_BASE[True]} and set(b.seeds) == {2}
+    assert b.set_index(["size", "tokens", "base", "M"]).loss_1x[(*small, 8)] == \
+        pytest.approx(2.3)
+    f = scaling.findings(_histories(True, loss)).set_index("finding")
     batch = "DiLoCo tolerates a larger batch than DDP"
-    assert f.verdict[batch] == 0.0 and "+10.00%" in f.evidence[batch]
-    assert "in longer runs DiLoCo tolerates the larger batch better" in f.cause[batch]
+    assert f.verdict[batch] == 0.5  # on 6k, not on 2k
+    assert "2k: DDP +10.0%, M = 8 +20.0%; 6k: DDP +10.0%, M = 8 +5.0%" in f.evidence[batch]
+    cause = f.cause[batch]
+    assert "2k: DDP +10.0%, M = 8 +20.0% (M = 8 at 1×: 2.10 nats)" in cause
+    assert "6k from a global batch of 8 (1 sequence per worker at M = 8): DDP +10.0%, " \
+           "M = 8 +3.0% (M = 8 at 1×: 2.30 nats)" in cause
+    assert "2k with 4× the tokens: DDP +10.0%, M = 8 +5.0%" in cause
+    assert "holds only where DiLoCo M = 8 ends at 1× at 2.30 nats or more" in cause
+    assert "(2.10 nats or less" in cause
+    assert "2k, every M: DDP +10.0% (1×: 2.00), M = 1 +16.0% (1×: 2.20)" in cause
+    rises[small][8], m8_at_1x[small] = 15, 2.6  # fails where M = 8 is the least trained
+    f = scaling.findings(_histories(True, loss)).set_index("finding")
+    assert "No loss level separates" in f.cause[batch]
+    rises[small][8], rises["2k", 1, 0][8] = 3, 8  # now on both sizes of the sweep
+    f = scaling.findings(_histories(True, loss)).set_index("finding")
+    assert f.verdict[batch] == 1.0 and f.cause[batch] == ""
+
+
+def test_the_inner_lr_check_compares_with_ddps_lr_per_size_batch_and_m():
+    # DiLoCo at DDP's inner lr: test 2.0; at the neighbour: 2.0 × (1 + pct / 100), per factor
+    pct = {(1, 1): -1.0, (1, 8): 3.0, (4, 1): 2.0, (4, 8): -4.0}
+
+    def loss(c):
+        rec = scaling.recorded(True, c.size, c.factor, c.more_tokens, c.base)
+        if c.m == 0 or c.more_syncs > 1 or c.more_tokens > 1 or c.base or c.seed:
+            return 5.0, 5.0
+        if c.outer_lr != rec[c.m]:
+            return 9.0, 9.0
+        off = c.inner_lr != rec["DDP"]
+        test = 2.0 * (1 + pct.get((c.factor, c.m), 0) / 100) if off else 2.0
+        return test, test  # tune = test here
+
+    check = scaling.inner_check(_histories(True, loss))
+    assert set(check["size"]) == {"2k", "6k"} and set(check.factor) == {1, 4}
+    for r in check.itertuples():
+        p = pct[(r.factor, int(r.method.split("=")[1]))]
+        assert r.vs_ddps_lr_pct == pytest.approx(0.0 if r.is_ddps else p)
+        assert r.best_on_tune == ((p > 0) if r.is_ddps else (p < 0))
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_the_tuning_figure_shows_every_size_of_the_sweep_at_its_own_choices(quick):
+    def loss(c):  # the tune loss: lowest at the recorded lrs
+        rec = scaling.recorded(quick, c.size, c.factor, c.more_tokens, c.base)
+        on = c.inner_lr == rec["DDP"] and (c.m == 0 or c.outer_lr == rec[c.m])
+        return 2.0 + 0.5 * (not on), 2.0
+
+    h = _histories(quick, loss)
+    chart = scaling.figures("scaling", h)["scaling_tuning"]
+    df = chart.data
+    assert set(df["size"]) == set(scaling.SIZES[quick])  # the cause checks' runs do not mix in
+    assert set(df.base) == {0} and set(df.factor) == {1}
+    for size in scaling.SIZES[quick]:  # DDP's recorded inner lr, the recorded outer lr ringed
+        rec = scaling.CHOSEN[quick][(size, 1)]
+        d = df[df["size"] == size]
+        assert set(d.inner_lr) == {rec["DDP"]}
+        assert {(r.method, r.outer_lr) for r in d[d.chosen].itertuples()} == {
+            (f"M={m}", rec[m]) for m in scaling.WORKERS}

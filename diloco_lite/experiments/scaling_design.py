@@ -20,13 +20,15 @@ Every learning rate is chosen on the **tune plays**, every number reported on th
 The choices are recorded in `CHOSEN` (what the seed runs use, so that the group stays static);
 `disagreements` says when the grid's runs choose otherwise, and `reproduce-scaling` warns.
 
-The batch finding (`LARGE_BATCH`): on the largest model, DDP and DiLoCo M = 8 at 4× the global
-batch, on the same tokens, so a quarter of the steps — and DiLoCo at H / 4, so that it takes the
-same number of outer steps: the batch is the only change. Both are tuned again at that batch.
+The batch finding (`LARGE_BATCH`): on every size, DDP and DiLoCo (every M on the two smaller
+sizes, M = 8 on the largest) at 4× the global batch, on the same tokens, so a quarter of the
+steps — and DiLoCo at H / 4, so that it takes the same number of outer steps: the batch is the
+only change. Every lr is tuned again at that batch, DiLoCo's inner lr checked as at 1×.
 
 The cause checks (`cause_cells`), on the two smaller sizes: 4× the outer steps on the same
 tokens, and 4× the tokens at the same H (every lr chosen again, `CHOSEN_LONGER`), the batch
-finding included.
+finding included. And the batch finding on the largest size from a smaller global batch
+(`SMALL_BASE`, `CHOSEN_SMALL_BASE`): 3 sequences per worker at M = 8, not 10.
 
 This group is not part of `make reproduce` (`SEPARATE`): its 230 runs took 86 min of training
 on 2 cores (`make reproduce-scaling`). Quick mode keeps every code path on two tiny models.
@@ -67,6 +69,9 @@ CAUSES = {False: ("11k", "30k"), True: ("2k",)}
 MORE = 4
 CAUSE_INNER_LRS = {False: (6e-3, 1.2e-2, 2.4e-2, 4.8e-2), True: (3e-3, 1e-2)}
 CAUSE_OUTER_LRS = {False: (0.1, 0.2, 0.4, 0.6, 0.8), True: (0.4, 1.0)}
+# The batch finding's cause: the largest size from a smaller global batch, that of a smaller
+# size (30k's 24 sequences: 3 per worker at M = 8, where 109k's own 80 give 10).
+SMALL_BASE = {False: 24, True: 8}
 
 # The choices on the tune plays (`choices`), per (size, batch factor): DDP's inner lr ("DDP")
 # and DiLoCo's outer lr per M. The seed runs, and the grids after DDP's, use these.
@@ -74,9 +79,12 @@ CHOSEN = {
     False: {("11k", 1): {"DDP": 2.4e-2, 1: 0.6, 2: 0.4, 4: 0.4, 8: 0.4},
             ("30k", 1): {"DDP": 2.4e-2, 1: 0.4, 2: 0.6, 4: 0.6, 8: 0.6},
             ("109k", 1): {"DDP": 4.8e-2, 1: 0.2, 2: 0.6, 4: 0.8, 8: 0.8},
+            ("11k", 4): {"DDP": 2.4e-2, 1: 0.2, 2: 0.2, 4: 0.2, 8: 0.2},
+            ("30k", 4): {"DDP": 2.4e-2, 1: 0.2, 2: 0.2, 4: 0.2, 8: 0.2},
             ("109k", 4): {"DDP": 2.4e-2, 8: 0.2}},
     True: {("2k", 1): {"DDP": 1e-2, 1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0},
            ("6k", 1): {"DDP": 1e-2, 1: 0.4, 2: 0.4, 4: 0.4, 8: 0.4},
+           ("2k", 4): {"DDP": 1e-2, 1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0},
            ("6k", 4): {"DDP": 1e-2, 8: 1.0}},
 }
 
@@ -86,7 +94,20 @@ CHOSEN_LONGER = {False: {("11k", 1): {"DDP": 1.2e-2, 1: 0.4, 8: 0.6},
                          ("30k", 1): {"DDP": 1.2e-2, 1: 0.4, 8: 0.6},
                          ("30k", 4): {"DDP": 2.4e-2, 8: 0.4}},
                  True: {("2k", 1): {"DDP": 1e-2, 1: 1.0, 8: 0.4},
-                        ("2k", 4): {"DDP": 1e-2, 8: 0.4}}}
+                        ("2k", 4): {"DDP": 1e-2, 8: 1.0}}}
+
+# The same from `SMALL_BASE` (the batch finding's cause), on the largest size.
+CHOSEN_SMALL_BASE = {False: {("109k", 1): {"DDP": 6e-3, 8: 0.8},
+                             ("109k", 4): {"DDP": 2.4e-2, 8: 0.4}},
+                     True: {("6k", 1): {"DDP": 1e-2, 8: 0.4},
+                            ("6k", 4): {"DDP": 1e-2, 8: 1.0}}}
+
+
+def recorded(quick: bool, size: str, factor: int, more_tokens: int = 1, base: int = 0) -> dict:
+    """The recorded choices of a size at `factor`× its batch: in the sweep (`CHOSEN`), at
+    `MORE`× the tokens (`CHOSEN_LONGER`) or from `SMALL_BASE` (`CHOSEN_SMALL_BASE`)."""
+    record = CHOSEN_LONGER if more_tokens != 1 else CHOSEN_SMALL_BASE if base else CHOSEN
+    return record[quick][(size, factor)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +122,7 @@ class Cell:
     seed: int
     more_syncs: int = 1  # H / more_syncs: that many times the outer steps, on the same tokens
     more_tokens: int = 1  # that many times the steps (and tokens), at the same H
+    base: int = 0  # the global batch at 1× (sequences) when not the size's: `SMALL_BASE`
 
     @property
     def method(self) -> str:
@@ -111,6 +133,7 @@ class Cell:
         outer = f" · outer lr {self.outer_lr:g}" if self.m else ""
         syncs = f" · outer steps ×{self.more_syncs}" if self.more_syncs != 1 else ""
         syncs += f" · tokens ×{self.more_tokens}" if self.more_tokens != 1 else ""
+        syncs += f" · base batch {self.base}" if self.base else ""
         return (f"{self.size} · {self.factor}× batch · {self.method} · lr {self.inner_lr:g}"
                 f"{outer}{syncs} · seed {self.seed}")
 
@@ -124,14 +147,15 @@ class Cell:
                    outer_lr=float(values["outer lr"]) if "outer lr" in values else None,
                    seed=int(values["seed"]),
                    more_syncs=int(values.get("outer steps", "×1").lstrip("×")),
-                   more_tokens=int(values.get("tokens", "×1").lstrip("×")))
+                   more_tokens=int(values.get("tokens", "×1").lstrip("×")),
+                   base=int(values.get("base batch", 0)))
 
 
-def steps(quick: bool, size: str) -> int:
-    """The run length at the size's global batch: `TOKENS_PER_PARAM` × parameters, in whole
-    outer steps of H (the nearest)."""
+def steps(quick: bool, size: str, base: int = 0) -> int:
+    """The run length at the size's global batch (or `base`): `TOKENS_PER_PARAM` × parameters,
+    in whole outer steps of H (the nearest)."""
     _, n_params, batch = SIZES[quick][size]
-    h = H[quick]
+    batch, h = base or batch, H[quick]
     return h * max(1, round(TOKENS_PER_PARAM[quick] * n_params / (batch * SEQ_LEN * h)))
 
 
@@ -139,7 +163,8 @@ def config(quick: bool, cell: Cell) -> RunConfig:
     """The RunConfig of a cell: at `factor`× the batch, 1/factor of the steps and DiLoCo's H
     (the same tokens, the same outer steps); warm-up 1/16 of the run, 8 evaluations."""
     model, _, batch = SIZES[quick][cell.size]
-    n = steps(quick, cell.size) * cell.more_tokens // cell.factor
+    batch = cell.base or batch
+    n = steps(quick, cell.size, cell.base) * cell.more_tokens // cell.factor
     workers = cell.m or 8
     algorithm = (DDP() if cell.m == 0
                  else DiLoCo(inner_steps=H[quick] // cell.factor // cell.more_syncs,
@@ -152,17 +177,17 @@ def config(quick: bool, cell: Cell) -> RunConfig:
 
 def cells(quick: bool) -> list[Cell]:
     """Every run, in the order that lets each stage use the choices of the one before: DDP's
-    grids, DiLoCo's outer-lr grids, the inner-lr check, the seeds; then the same at 4× batch."""
+    grids, DiLoCo's outer-lr grids, the inner-lr check, the seeds; then the same at 4× batch
+    (every M on the cause sizes, M = 8 on the largest)."""
     out: list[Cell] = []
     sizes = list(SIZES[quick])
-    for size, factor in [(s, 1) for s in sizes] + [(sizes[-1], LARGE_BATCH)]:
+    for size, factor in [(s, 1) for s in sizes] + [(s, LARGE_BATCH) for s in sizes]:
         chosen = CHOSEN[quick][(size, factor)]
-        ms = WORKERS if factor == 1 else (8,)
+        ms = WORKERS if factor == 1 or size in CAUSES[quick] else (8,)
         out += [Cell(size, factor, 0, lr, None, 0) for lr in INNER_LRS[quick]]
         out += [Cell(size, factor, m, chosen["DDP"], o, 0) for m in ms for o in OUTER_LRS[quick]]
-        if factor == 1:
-            out += [Cell(size, factor, m, lr, chosen[m], 0) for m in CHECK_INNER
-                    for lr in neighbours(INNER_LRS[quick], chosen["DDP"])]
+        out += [Cell(size, factor, m, lr, chosen[m], 0) for m in CHECK_INNER if m in ms
+                for lr in neighbours(INNER_LRS[quick], chosen["DDP"])]
         for seed in SEEDS[quick][1:]:
             out += [Cell(size, factor, 0, chosen["DDP"], None, seed)]
             out += [Cell(size, factor, m, chosen["DDP"], chosen[m], seed) for m in ms]
@@ -174,7 +199,10 @@ def cause_cells(quick: bool) -> list[Cell]:
     in `CHECK_INNER`: `MORE`× the outer steps on the same tokens (H / 4; seed 0, the outer lr
     chosen on the tune plays), and `MORE`× the tokens at the same H (every lr chosen again,
     recorded in `CHOSEN_LONGER`; seeds 0 and 1); on the last of them, the batch finding again
-    at `MORE`× the tokens (DDP and M = 8 at `LARGE_BATCH`× the batch, H / 4)."""
+    at `MORE`× the tokens (DDP and M = 8 at `LARGE_BATCH`× the batch, H / 4). And the batch
+    finding on the largest size from `SMALL_BASE` (1× and `LARGE_BATCH`×, DDP's inner lr and
+    M = 8's outer lr chosen again from the sweep's grids, recorded in `CHOSEN_SMALL_BASE`;
+    seeds 0 and 1)."""
     out: list[Cell] = []
     keys = [(size, 1) for size in CAUSES[quick]] + [(CAUSES[quick][-1], LARGE_BATCH)]
     for size, factor in keys:
@@ -190,6 +218,13 @@ def cause_cells(quick: bool) -> list[Cell]:
                 for o in CAUSE_OUTER_LRS[quick]]
         out += [Cell(size, factor, m, longer["DDP"], longer[m] if m else None, 1,
                      more_tokens=MORE) for m in (0, *ms)]
+    size, base = list(SIZES[quick])[-1], SMALL_BASE[quick]
+    for factor in (1, LARGE_BATCH):
+        rec = CHOSEN_SMALL_BASE[quick][(size, factor)]
+        out += [Cell(size, factor, 0, lr, None, 0, base=base) for lr in INNER_LRS[quick]]
+        out += [Cell(size, factor, 8, rec["DDP"], o, 0, base=base) for o in OUTER_LRS[quick]]
+        out += [Cell(size, factor, m, rec["DDP"], rec[m] if m else None, 1, base=base)
+                for m in (0, 8)]
     return out
 
 

@@ -30,6 +30,7 @@ from .scaling_design import (
     Cell,
     config,
     quick_of,
+    recorded,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -37,56 +38,62 @@ from .scaling_design import (
 # --------------------------------------------------------------------------------------------
 
 
-def table(histories: dict[str, pd.DataFrame], base: bool = False) -> pd.DataFrame:
+def table(histories: dict[str, pd.DataFrame], sweep: bool = False) -> pd.DataFrame:
     """One row per run: its cell's fields and the final tune- and test-plays loss/accuracy;
-    with `base`, only the runs at the sweep's H (not the outer-steps check's)."""
+    with `sweep`, only the sweep's runs (not the cause checks')."""
     rows = []
     for label, h in histories.items():
-        last = h.iloc[-1]
-        rows.append({**dataclasses.asdict(Cell.parse(label)), "method": Cell.parse(label).method,
+        last, cell = h.iloc[-1], Cell.parse(label)
+        rows.append({**dataclasses.asdict(cell), "method": cell.method,
                      **{k: float(last[k]) for k in ("tune_loss", "test_loss", "test_accuracy")}})
     t = pd.DataFrame(rows)
-    return t[(t.more_syncs == 1) & (t.more_tokens == 1)] if base else t
+    return t[(t.more_syncs == 1) & (t.more_tokens == 1) & (t.base == 0)] if sweep else t
 
 
 def choices(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Per (size, factor, tokens, method): the lr with the lowest seed-0 tune-plays loss in its
     grid (DDP: inner lr; DiLoCo: outer lr at the recorded inner lr), whether it sits on the
-    grid's edge, and whether it agrees with the record (`CHOSEN`, at `MORE`× the tokens
-    `CHOSEN_LONGER`). The test plays are never read here."""
+    grid's edge, and whether it agrees with the record (`recorded`: `CHOSEN`, at `MORE`× the
+    tokens `CHOSEN_LONGER`, from `SMALL_BASE` `CHOSEN_SMALL_BASE`). The test plays are never
+    read here."""
     t = table(histories)
     t = t[t.more_syncs == 1]
     quick = quick_of(histories)
     rows = []
-    for (size, factor, more, m), g in t[t.seed == 0].groupby(
-            ["size", "factor", "more_tokens", "m"], sort=False):
-        recorded = (CHOSEN[quick][(size, factor)] if more == 1
-                    else CHOSEN_LONGER[quick][(size, factor)])
+    for (size, factor, more, base, m), g in t[t.seed == 0].groupby(
+            ["size", "factor", "more_tokens", "base", "m"], sort=False):
+        rec = recorded(quick, size, factor, more, base)
         if m == 0:
             grid, knob, key = g, "inner_lr", "DDP"
         else:
-            grid, knob, key = g[g.inner_lr == recorded["DDP"]], "outer_lr", m
+            grid, knob, key = g[g.inner_lr == rec["DDP"]], "outer_lr", m
         best = grid.loc[grid.tune_loss.idxmin()]
         values = sorted(grid[knob])
-        rows.append({"size": size, "factor": factor, "tokens": more, "method": best.method,
-                     "knob": knob, "chosen": float(best[knob]), "tune_loss": float(best.tune_loss),
+        rows.append({"size": size, "factor": factor, "tokens": more, "base": base,
+                     "method": best.method, "knob": knob, "chosen": float(best[knob]),
+                     "tune_loss": float(best.tune_loss),
                      "on_edge": len(values) > 1 and best[knob] in (values[0], values[-1]),
-                     "recorded": recorded[key], "agrees": recorded[key] == best[knob]})
+                     "recorded": rec[key], "agrees": rec[key] == best[knob]})
     return pd.DataFrame(rows)
 
 
 def disagreements(histories: dict[str, pd.DataFrame]) -> list[str]:
     """A sentence for each choice of the grids that `CHOSEN` does not record."""
-    return [f"{r.size}, {r.factor}× batch, {r.tokens}× tokens, {r.method}: the tune plays now "
-            f"choose {r.knob} {r.chosen:g}, but {'CHOSEN' if r.tokens == 1 else 'CHOSEN_LONGER'}"
-            f" records {r.recorded:g}: update experiments.scaling"
+    def name(r):
+        return ("CHOSEN_LONGER" if r.tokens != 1 else "CHOSEN_SMALL_BASE" if r.base
+                else "CHOSEN")
+
+    return [f"{r.size}, {r.factor}× batch{f' from {r.base}' if r.base else ''}, {r.tokens}× "
+            f"tokens, {r.method}: the tune plays now choose {r.knob} {r.chosen:g}, but "
+            f"{name(r)} records {r.recorded:g}: update experiments.scaling"
             for r in choices(histories).itertuples() if not r.agrees]
 
 
 def inner_check(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """DiLoCo (M in `CHECK_INNER`, at its chosen outer lr, seed 0) at DDP's inner lr and the
-    grid's neighbours: tune- and test-plays loss, and the test loss against DDP's inner lr (%)."""
-    t = table(histories, base=True)
+    grid's neighbours, at 1× and 4× the batch: tune- and test-plays loss, and the test loss
+    against DDP's inner lr (%)."""
+    t = table(histories, sweep=True)
     quick = quick_of(histories)
     rows = []
     for (size, factor), rec in CHOSEN[quick].items():
@@ -97,13 +104,14 @@ def inner_check(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
                 continue
             ref = float(g[g.inner_lr == rec["DDP"]].test_loss.iloc[0])
             for r in g.sort_values("inner_lr").itertuples():
-                rows.append({"size": size, "method": f"M={m}", "inner_lr": r.inner_lr,
+                rows.append({"size": size, "factor": factor, "method": f"M={m}",
+                             "inner_lr": r.inner_lr,
                              "is_ddps": r.inner_lr == rec["DDP"], "tune_loss": r.tune_loss,
                              "test_loss": r.test_loss,
                              "vs_ddps_lr_pct": 100 * (r.test_loss / ref - 1)})
     df = pd.DataFrame(rows)
     if len(df):
-        best = df.groupby(["size", "method"], sort=False).tune_loss.transform("min")
+        best = df.groupby(["size", "factor", "method"], sort=False).tune_loss.transform("min")
         df["best_on_tune"] = df.tune_loss == best
     return df
 
@@ -112,7 +120,7 @@ def results(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Per (size, factor, method) at the chosen settings: test loss and accuracy over the seeds
     (mean, std), and DiLoCo's test loss against DDP's of the same seed (%, the paper's measure:
     negative = DiLoCo better), mean and std over the seeds."""
-    t = table(histories, base=True)
+    t = table(histories, sweep=True)
     quick = quick_of(histories)
     keep = []
     for r in t.itertuples():
@@ -186,26 +194,28 @@ def findings(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
                                for m, v in shrinks.items()) + f" ({' → '.join(sizes)})",
          "verdict": _verdict([bool(np.all(np.diff(v) < 0)) for v in shrinks.values()])},
     ]
-    b = batch_rise(histories)
-    b = b[b.tokens == 1] if len(b) else b
-    if len(b):
-        ddp, diloco = (float(b[b.M == m].rise_pct.iloc[0]) for m in (0, 8))
+    rises = batch_rise(histories)
+    sweep = rises[(rises.tokens == 1) & (rises.base == 0)] if len(rises) else rises
+    if len(sweep):
+        rise = {(r.size, r.M): r.rise_pct for r in sweep.itertuples()}
+        at = list(dict.fromkeys(sweep["size"]))
         out.append({"finding": "DiLoCo tolerates a larger batch than DDP",
-                    "evidence": f"{b['size'].iloc[0]}, {LARGE_BATCH}× the global batch at equal "
-                                f"tokens and equal outer steps, each retuned: DDP's test loss "
-                                f"{ddp:+.2f}%, DiLoCo M = 8's {diloco:+.2f}%",
-                    "verdict": 1.0 if diloco < ddp else 0.0})
+                    "evidence": f"{LARGE_BATCH}× the global batch at equal tokens and equal "
+                                "outer steps, each retuned, test loss against 1×: " + "; ".join(
+                                    f"{s}: DDP {rise[s, 0]:+.1f}%, M = 8 {rise[s, 8]:+.1f}%"
+                                    for s in at),
+                    "verdict": _verdict([rise[s, 8] < rise[s, 0] for s in at])})
     df = pd.DataFrame(out)
     df["verdict_text"] = [VERDICT[v] for v in df.verdict]
-    df["cause"] = [_cause(histories, f) if v < 1 else "" for f, v
+    checks = causes(histories)
+    df["cause"] = [_cause(checks, rises, f) if v < 1 else "" for f, v
                    in zip(df.finding, df.verdict, strict=True)]
     return df
 
 
-def _cause(histories: dict[str, pd.DataFrame], finding: str) -> str:
-    """What the cause checks (`causes`) say about a finding not reproduced in full: the numbers,
-    and which check brings it back (none: said so)."""
-    c = causes(histories)
+def _cause(c: pd.DataFrame, rises: pd.DataFrame, finding: str) -> str:
+    """What the cause checks (`causes`, `batch_rise`) say about a finding not reproduced in full:
+    the numbers, and which check brings it back (none: said so)."""
     if c.empty:
         return ""
     more_steps, more_tokens = f"{MORE}× the outer steps", f"{MORE}× the tokens"
@@ -233,15 +243,7 @@ def _cause(histories: dict[str, pd.DataFrame], finding: str) -> str:
                 + ("gap shrinks with the model once the runs are longer" if shrinks
                    else "gap does not shrink with the model in longer runs either"))
     if finding.startswith("DiLoCo tolerates"):
-        b = batch_rise(histories)
-        b = b[b.tokens == MORE]
-        if b.empty:
-            return ""
-        ddp, diloco = (float(b[b.M == m].rise_pct.iloc[0]) for m in (0, 8))
-        return (f"{b['size'].iloc[0]} with {more_tokens}, {LARGE_BATCH}× the batch against 1×, "
-                f"each tuned: DDP's test loss {ddp:+.2f}%, DiLoCo M = 8's {diloco:+.2f}%: "
-                + ("in longer runs DiLoCo tolerates the larger batch better" if diloco < ddp
-                   else "in longer runs too DiLoCo suffers more from the larger batch"))
+        return _batch_cause(rises)
     if finding.startswith("the gap to DDP grows"):
         tokens = c[c.variant == more_tokens]
         by_m = {(r.size, r.M): r.gap_pct for r in tokens.itertuples()}
@@ -249,6 +251,48 @@ def _cause(histories: dict[str, pd.DataFrame], finding: str) -> str:
             f"{size}: M = 1 {by_m[size, 1]:+.2f}%, M = 8 {by_m[size, 8]:+.2f}%"
             for size in dict.fromkeys(tokens["size"]))
     return ""
+
+
+def _batch_cause(rises: pd.DataFrame) -> str:
+    """The batch finding's cause checks: every setting where DDP and M = 8 ran at 1× and 4×
+    (the sweep's sizes, the largest from `SMALL_BASE`, `MORE`× the tokens), each with M = 8's
+    own loss at 1×; whether one loss level separates the settings where the finding holds from
+    those where it fails; and the rise per M where every M ran."""
+    if rises.empty:
+        return ""
+
+    def setting(r):
+        return r["size"] + (f" with {r.tokens}× the tokens" if r.tokens != 1 else "") + (
+            f" from a global batch of {r.batch} ({r.per_worker:g} sequence"
+            f"{'' if r.per_worker == 1 else 's'} per worker at M = 8)"
+            if r.base else "")
+
+    both = []
+    for _, g in rises.groupby(["size", "tokens", "base"], sort=False):
+        ddp, m8 = g[g.M == 0], g[g.M == 8]
+        if len(ddp) and len(m8):
+            ddp, m8 = ddp.iloc[0], m8.iloc[0]
+            both.append((setting(m8), ddp.rise_pct, m8.rise_pct, m8.loss_1x))
+    held = [b for b in both if b[2] < b[1]]
+    failed = [b for b in both if b[2] >= b[1]]
+    out = ["; ".join(f"{s}: DDP {d:+.1f}%, M = 8 {x:+.1f}% (M = 8 at 1×: {lo:.2f} nats)"
+                     for s, d, x, lo in both)]
+    if held and failed and min(b[3] for b in held) > max(b[3] for b in failed):
+        out.append(f"The finding holds only where DiLoCo M = 8 ends at 1× at "
+                   f"{min(b[3] for b in held):.2f} nats or more, far from trained: it has little "
+                   "to lose. Wherever it trains further at 1× "
+                   f"({max(b[3] for b in failed):.2f} nats or less: a larger model, a smaller "
+                   "batch per step or more tokens), the larger batch costs DiLoCo more than DDP")
+    elif held and failed:
+        out.append("No loss level separates the settings where it holds from those where it "
+                   "fails")
+    sweep = rises[(rises.tokens == 1) & (rises.base == 0)]
+    for size, g in sweep.groupby("size", sort=False):
+        if g.M.nunique() > 2:
+            out.append(f"{size}, every M: " + ", ".join(
+                f"{'DDP' if r.M == 0 else f'M = {r.M}'} {r.rise_pct:+.1f}% "
+                f"(1×: {r.loss_1x:.2f})" for r in g.itertuples()))
+    return ". ".join(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,8 +306,9 @@ def figures(group: str, histories: dict[str, pd.DataFrame]) -> dict[str, object]
     quick = quick_of(histories)
     return {"scaling_gap": sp.gap(results(histories), PAPER_LOSS_VS_DP_PCT,
                                   TOKENS_PER_PARAM[quick]),
-            "scaling_tuning": sp.tuning(table(histories, base=True), choices(histories)),
-            "scaling_causes": sp.causes(causes(histories))}
+            "scaling_tuning": sp.tuning(table(histories, sweep=True), choices(histories)),
+            "scaling_causes": sp.causes(causes(histories)),
+            "scaling_batch": sp.batch(batch_rise(histories), LARGE_BATCH)}
 
 
 def rows(group: str, histories: dict[str, pd.DataFrame]) -> list[dict]:
@@ -291,6 +336,7 @@ def rows(group: str, histories: dict[str, pd.DataFrame]) -> list[dict]:
         if c.tokens != 1:
             grid = CAUSE_INNER_LRS[quick] if c.knob == "inner_lr" else CAUSE_OUTER_LRS[quick]
         tokens = f" · {c.tokens}× tokens" if c.tokens != 1 else ""
+        tokens += f" · from batch {c.base}" if c.base else ""
         add(f"{c.size} · {c.factor}× batch{tokens} · {c.method}",
             f"chosen {c.knob.replace('_', ' ')}", c.chosen,
             config=f"grid {list(grid)}{edge}; {agree} the record ({c.recorded:g})")
@@ -305,9 +351,18 @@ def rows(group: str, histories: dict[str, pd.DataFrame]) -> list[dict]:
     for r in inner_check(histories).itertuples():
         tag = " (DDP's)" if r.is_ddps else ""
         best = "; best on the tune plays" if r.best_on_tune else ""
-        add(f"{r.size} · {r.method} · inner lr {r.inner_lr:g}{tag}",
+        batch = f" · {r.factor}× batch" if r.factor != 1 else ""
+        add(f"{r.size}{batch} · {r.method} · inner lr {r.inner_lr:g}{tag}",
             "test loss vs DDP's inner lr (%)", r.vs_ddps_lr_pct,
             config=f"seed 0, at the chosen outer lr{best}")
+    for r in batch_rise(histories).itertuples():
+        tag = (f" · {r.tokens}× tokens" if r.tokens != 1 else "") + (
+            f" · from batch {r.batch}" if r.base else "")
+        add(f"{r.size}{tag} · {'DDP' if r.M == 0 else f'M={r.M}'}",
+            f"test loss at {LARGE_BATCH}× the batch vs 1× (%)", r.rise_pct, seeds=r.seeds,
+            config=f"global batch {r.batch} → {r.batch * LARGE_BATCH} sequences "
+                   f"({r.per_worker:g} → {r.per_worker * LARGE_BATCH:g} per worker at M = 8), "
+                   "equal tokens and outer steps, each at its recorded choices")
     for r in causes(histories).itertuples():
         add(f"{r.size} · M={r.M} · {r.variant}", "cause check: test loss vs DDP (%)", r.gap_pct,
             std=None if math.isnan(r.gap_std) else r.gap_std, seeds=r.seeds,
@@ -347,28 +402,31 @@ def committed(figures_dir=None) -> dict[str, pd.DataFrame]:
 
 
 def batch_rise(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """DDP's and DiLoCo M = 8's test loss at `LARGE_BATCH`× the batch against 1× (%, each at its
-    own recorded choices, mean over the seeds both have): the sweep's largest size, and the
-    last cause size at `MORE`× the tokens."""
+    """Each method's test loss at `LARGE_BATCH`× the batch against its own at 1× (%, each at
+    its recorded choices, mean over the seeds both have): in the sweep, at `MORE`× the tokens,
+    and from `SMALL_BASE`. `base` is the cell's field (0: the size's batch), `batch` the global
+    batch at 1× (sequences), `per_worker` that batch's share of one of M = 8 workers, `loss_1x`
+    the method's own test loss at 1×."""
     quick = quick_of(histories)
     t = table(histories)
     t = t[t.more_syncs == 1]
     rows = []
-    for tokens, size in ((1, list(SIZES[quick])[-1]), (MORE, CAUSES[quick][-1])):
-        record = CHOSEN if tokens == 1 else CHOSEN_LONGER
-        if (size, LARGE_BATCH) not in record[quick]:
+    for (size, tokens, base), g in t.groupby(["size", "more_tokens", "base"], sort=False):
+        if LARGE_BATCH not in set(g.factor):
             continue
-        for m in (0, 8):
+        rec = {f: recorded(quick, size, f, tokens, base) for f in (1, LARGE_BATCH)}
+        batch = base or SIZES[quick][size][2]
+        for m in (0, *(k for k in rec[LARGE_BATCH] if k != "DDP")):
             means = []
             for factor in (1, LARGE_BATCH):
-                rec = record[quick][(size, factor)]
-                g = t[(t["size"] == size) & (t.factor == factor) & (t.more_tokens == tokens)
-                      & (t.m == m) & (t.inner_lr == rec["DDP"])]
-                g = g[g.outer_lr == rec[m]] if m else g
-                means.append(g.set_index("seed").test_loss)
+                x = g[(g.factor == factor) & (g.m == m) & (g.inner_lr == rec[factor]["DDP"])]
+                x = x[x.outer_lr == rec[factor][m]] if m else x
+                means.append(x.set_index("seed").test_loss)
             seeds = means[0].index.intersection(means[1].index)
             if len(seeds):
-                rows.append({"size": size, "tokens": tokens, "M": m, "seeds": len(seeds),
+                rows.append({"size": size, "tokens": tokens, "base": base, "batch": batch,
+                             "per_worker": batch / 8, "M": m, "seeds": len(seeds),
+                             "loss_1x": means[0][seeds].mean(),
                              "rise_pct": 100 * (means[1][seeds].mean() / means[0][seeds].mean()
                                                 - 1)})
     return pd.DataFrame(rows)
@@ -385,7 +443,8 @@ def causes(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
     for size in CAUSES[quick]:
         rec, longer = CHOSEN[quick][(size, 1)], CHOSEN_LONGER[quick][(size, 1)]
         ddp0 = t[(t["size"] == size) & (t.factor == 1) & (t.m == 0) & (t.seed == 0)
-                 & (t.inner_lr == rec["DDP"]) & (t.more_tokens == 1)].test_loss.iloc[0]
+                 & (t.inner_lr == rec["DDP"]) & (t.more_tokens == 1)
+                 & (t.base == 0)].test_loss.iloc[0]
         for m in CHECK_INNER:
             row = sweep[(sweep["size"] == size) & (sweep.M == m) & (sweep.factor == 1)].iloc[0]
             rows.append({"size": size, "M": m, "variant": "the sweep", "gap_pct": row.gap_pct,

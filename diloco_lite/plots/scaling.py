@@ -49,7 +49,7 @@ def gap(results: pd.DataFrame, paper: dict, tokens_per_param: float) -> alt.Laye
 def tuning(table: pd.DataFrame, choices: pd.DataFrame) -> alt.FacetChart:
     """Seed 0's final tune-plays loss against DiLoCo's outer lr, one line per M, one panel per
     model size (1× batch, at DDP's chosen inner lr); the chosen lr of each M ringed."""
-    sweep = choices[(choices.factor == 1) & (choices.tokens == 1)]
+    sweep = choices[(choices.factor == 1) & (choices.tokens == 1) & (choices.base == 0)]
     chosen = {(c.size, c.method): c.chosen for c in sweep.itertuples() if c.knob == "outer_lr"}
     inner = {c.size: c.chosen for c in sweep.itertuples() if c.knob == "inner_lr"}
     df = table[(table.factor == 1) & (table.seed == 0) & (table.m > 0)]
@@ -96,3 +96,41 @@ def causes(table: pd.DataFrame) -> alt.FacetChart:
     return alt.layer(bars, right, left, zero, data=df).properties(width=200, height=90).facet(
         row=alt.Row("model:N", title=None), column=alt.Column("method:N", title=None),
     ).properties(title="Why DiLoCo trails DDP here: more outer steps, or more tokens?")
+
+
+def batch(rises: pd.DataFrame, factor: int) -> alt.FacetChart:
+    """Each method's test loss at `factor`× the global batch against its own at 1× (%, equal
+    tokens and outer steps), one panel per setting: the sweep's sizes, the largest from a
+    smaller batch, longer runs; each titled with DiLoCo M = 8's own loss at 1×. Lower: the
+    method tolerates the larger batch better. `rises`: `scaling.batch_rise`."""
+    m8 = {(r.size, r.tokens, r.base): r.loss_1x for r in rises[rises.M == 8].itertuples()}
+
+    def setting(r):
+        extra = f", {r.tokens}× tokens" if r.tokens != 1 else ""
+        loss = m8.get((r.size, r.tokens, r.base))
+        at_1x = f" · M=8 at 1×: {loss:.2f} nats" if loss is not None else ""
+        return f"{r.size}{extra}: batch {r.batch} → {r.batch * factor}{at_1x}"
+
+    df = rises.assign(setting=[setting(r) for r in rises.itertuples()],
+                      method=["DDP" if m == 0 else f"M={m}" for m in rises.M],
+                      text=[f"{v:+.1f}%" for v in rises.rise_pct])
+    methods = ["DDP"] + [f"M={m}" for m in (1, 2, 4, 8)]
+    base = alt.Chart().encode(
+        y=alt.Y("method:N", sort=methods, title=None),
+        x=alt.X("rise_pct:Q", title=f"test loss at {factor}× the batch vs 1× (%)",
+                scale=alt.Scale(padding=40)),
+        color=alt.Color("method:N", legend=None, scale=alt.Scale(
+            domain=methods, range=["#8C8C8C", "#fdd0a2", "#fdae6b", "#f16913", "#a63603"])),
+        tooltip=["setting", "method", alt.Tooltip("rise_pct:Q", format="+.2f"), "seeds"])
+    bars = base.mark_bar()
+    right = base.transform_filter("datum.rise_pct >= 0").mark_text(
+        align="left", dx=4, fontSize=10).encode(text="text:N", color=alt.value("#333"))
+    left = base.transform_filter("datum.rise_pct < 0").mark_text(
+        align="right", dx=-4, fontSize=10).encode(text="text:N", color=alt.value("#333"))
+    zero = alt.Chart().mark_rule(color="#333").encode(x=alt.datum(0))
+    chart = alt.layer(bars, right, left, zero, data=df).properties(width=260,
+                                                                  height=alt.Step(16))
+    return chart.facet(
+        facet=alt.Facet("setting:N", title=None, sort=list(dict.fromkeys(df.setting))),
+        columns=2).resolve_scale(y="independent").properties(
+        title=f"Does DiLoCo tolerate a {factor}× larger batch better than DDP? (lower: yes)")
