@@ -30,7 +30,7 @@ reproduce: $(STAMP)
 
 ## make reproduce-scaling: the tuned scaling-law sweep (experiments/scaling.py: 3 model sizes,
 ## every learning rate chosen on the tune plays, 3 seeds), cached and resumable like the rest;
-## its own target because it takes about an hour on 2 cores (make reproduce only reads it)
+## its own target because it takes about 2¼ hours on 2 cores (make reproduce only reads it)
 reproduce-scaling: $(STAMP)
 	$(PY) -m diloco_lite reproduce --only training --groups scaling
 

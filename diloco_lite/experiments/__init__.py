@@ -39,7 +39,7 @@ _MODULES = {**dict.fromkeys(diloco.GROUPS, diloco), **dict.fromkeys(decoupled.GR
             "tuning": protocol, **dict.fromkeys(quality.GROUPS, quality),
             **dict.fromkeys(protocol.GROUPS, protocol), **dict.fromkeys(scaling.GROUPS, scaling)}
 GROUPS = tuple(_MODULES)
-# Groups with their own target (`make reproduce-scaling`: about an hour on 2 cores): `make
+# Groups with their own target (`make reproduce-scaling`: about 2¼ hours on 2 cores): `make
 # reproduce` reads their runs from the cache when every one is there, and never trains them.
 SEPARATE = scaling.GROUPS
 SEPARATE_EXPERIMENTS = (scaling.EXPERIMENT,)  # the results-table experiment of their rows

@@ -50,8 +50,8 @@ WHY = {
         "paper (Table 4): the 35M model on C4, H=30, 20 tokens per parameter; ours: 11k–109k "
         "parameters on Shakespeare, H=32, 40 tokens per parameter; both tune the outer lr per M",
     ("scaling law", "reproduced", ""):
-        "the evidence (config column) says where it holds; README, 'Why DiLoCo trails DDP "
-        "here', says why not elsewhere",
+        "the config column gives the evidence and, where it fails, what the cause checks "
+        "found; README, 'The scaling-law sweep'",
     ("bandwidth", "", ""):
         "the published figure's inputs were not published: this is our reconstruction's value "
         "(12B parameters, 1.9 s/step, 80% utilization; notebook 05)",

@@ -30,7 +30,7 @@ tokens, and 4× the tokens at the same H (every lr chosen again, `CHOSEN_LONGER`
 finding included. And the batch finding on the largest size from a smaller global batch
 (`SMALL_BASE`, `CHOSEN_SMALL_BASE`): 3 sequences per worker at M = 8, not 10.
 
-This group is not part of `make reproduce` (`SEPARATE`): its 230 runs took 86 min of training
+This group is not part of `make reproduce` (`SEPARATE`): its 362 runs took 133 min of training
 on 2 cores (`make reproduce-scaling`). Quick mode keeps every code path on two tiny models.
 
 This module is the design (sizes, grids, recorded choices, the runs); `scaling_findings` reads
