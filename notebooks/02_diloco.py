@@ -528,6 +528,9 @@ if scaling_runs is not None:
     library = sweep[(sweep["size"] == size) & (sweep.M == 8) & (sweep.factor == 1)].gap_pct
     print(f"{size}, M = 8: {by_hand:+.3f}% by hand, {library.iloc[0]:+.3f}% by the library")
     np.testing.assert_allclose(by_hand, library.iloc[0], rtol=1e-9)
+    # every recorded choice is still the one its grid makes on the tune plays
+    stale = experiments.scaling.disagreements(scaling_runs)
+    assert not stale, stale
     gaps = sweep[sweep.M > 0].assign(batch=lambda d: d.factor.astype(str) + "× batch")
     findings = experiments.scaling.findings(scaling_runs)
     session.show("scaling", scaling_runs)
