@@ -34,7 +34,8 @@ This group is not part of `make reproduce` (`SEPARATE`): its 362 runs took 133 m
 on 2 cores (`make reproduce-scaling`). Quick mode keeps every code path on two tiny models.
 
 This module is the design (sizes, grids, recorded choices, the runs); `scaling_findings` reads
-the runs (the choices, the gaps, the cause checks, the findings); `experiments.scaling` is both.
+the runs (the choices, the gaps, the batch rises, the cause checks), `scaling_report` turns them
+into the paper's findings, figures and rows; `experiments.scaling` is all three.
 """
 
 from __future__ import annotations
@@ -103,11 +104,19 @@ CHOSEN_SMALL_BASE = {False: {("109k", 1): {"DDP": 6e-3, 8: 0.8},
                             ("6k", 4): {"DDP": 1e-2, 8: 1.0}}}
 
 
+RECORDS = {"CHOSEN": CHOSEN, "CHOSEN_LONGER": CHOSEN_LONGER,
+           "CHOSEN_SMALL_BASE": CHOSEN_SMALL_BASE}
+
+
+def record_name(more_tokens: int = 1, base: int = 0) -> str:
+    """Which record holds a run's choices: the sweep's (`CHOSEN`), at `MORE`× the tokens
+    (`CHOSEN_LONGER`) or from `SMALL_BASE` (`CHOSEN_SMALL_BASE`)."""
+    return "CHOSEN_LONGER" if more_tokens != 1 else "CHOSEN_SMALL_BASE" if base else "CHOSEN"
+
+
 def recorded(quick: bool, size: str, factor: int, more_tokens: int = 1, base: int = 0) -> dict:
-    """The recorded choices of a size at `factor`× its batch: in the sweep (`CHOSEN`), at
-    `MORE`× the tokens (`CHOSEN_LONGER`) or from `SMALL_BASE` (`CHOSEN_SMALL_BASE`)."""
-    record = CHOSEN_LONGER if more_tokens != 1 else CHOSEN_SMALL_BASE if base else CHOSEN
-    return record[quick][(size, factor)]
+    """The recorded choices of a size at `factor`× its batch (`record_name` says which)."""
+    return RECORDS[record_name(more_tokens, base)][quick][(size, factor)]
 
 
 @dataclasses.dataclass(frozen=True)

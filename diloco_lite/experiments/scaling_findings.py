@@ -19,8 +19,10 @@ from .scaling_design import (
     LARGE_BATCH,
     MORE,
     SIZES,
+    WORKERS,
     Cell,
     quick_of,
+    record_name,
     recorded,
 )
 
@@ -70,13 +72,9 @@ def choices(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 def disagreements(histories: dict[str, pd.DataFrame]) -> list[str]:
     """A sentence for each choice of the grids that its record (`recorded`) does not hold."""
-    def name(r):
-        return ("CHOSEN_LONGER" if r.tokens != 1 else "CHOSEN_SMALL_BASE" if r.base
-                else "CHOSEN")
-
     return [f"{r.size}, {r.factor}× batch{f' from {r.base}' if r.base else ''}, {r.tokens}× "
             f"tokens, {r.method}: the tune plays now choose {r.knob} {r.chosen:g}, but "
-            f"{name(r)} records {r.recorded:g}: update experiments.scaling"
+            f"{record_name(r.tokens, r.base)} records {r.recorded:g}: update experiments.scaling"
             for r in choices(histories).itertuples() if not r.agrees]
 
 
@@ -160,7 +158,7 @@ def batch_rise(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
             seeds = means[0].index.intersection(means[1].index)
             if len(seeds):
                 rows.append({"size": size, "tokens": tokens, "base": base, "batch": batch,
-                             "per_worker": batch / 8, "M": m, "seeds": len(seeds),
+                             "per_worker": batch / WORKERS[-1], "M": m, "seeds": len(seeds),
                              "loss_1x": means[0][seeds].mean(),
                              "rise_pct": 100 * (means[1][seeds].mean() / means[0][seeds].mean()
                                                 - 1)})

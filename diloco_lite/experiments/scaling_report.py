@@ -98,6 +98,8 @@ def findings(histories: dict[str, pd.DataFrame]) -> pd.DataFrame:
 def _cause(c: pd.DataFrame, rises: pd.DataFrame, finding: str) -> str:
     """What the cause checks (`causes`, `batch_rise`) say about a finding not reproduced in full:
     the numbers, and which check brings it back (none: said so)."""
+    if finding.startswith("DiLoCo tolerates"):
+        return _batch_cause(rises)
     if c.empty:
         return ""
     more_steps, more_tokens = f"{MORE}× the outer steps", f"{MORE}× the tokens"
@@ -120,12 +122,10 @@ def _cause(c: pd.DataFrame, rises: pd.DataFrame, finding: str) -> str:
         tokens = at(more_tokens, 8)
         if len(tokens) < 2:
             return ""
-        shrinks = len(tokens) > 1 and bool(np.all(np.diff(tokens.gap_pct) < 0))
+        shrinks = bool(np.all(np.diff(tokens.gap_pct) < 0))
         return (f"M = 8 with {more_tokens} ({' → '.join(tokens['size'])}): {fmt(tokens)}: the "
                 + ("gap shrinks with the model once the runs are longer" if shrinks
                    else "gap does not shrink with the model in longer runs either"))
-    if finding.startswith("DiLoCo tolerates"):
-        return _batch_cause(rises)
     if finding.startswith("the gap to DDP grows"):
         tokens = c[c.variant == more_tokens]
         by_m = {(r.size, r.M): r.gap_pct for r in tokens.itertuples()}
@@ -149,23 +149,19 @@ def _batch_cause(rises: pd.DataFrame) -> str:
             f"{'' if r.per_worker == 1 else 's'} per worker at M = 8)"
             if r.base else "")
 
-    both = []
-    for _, g in rises.groupby(["size", "tokens", "base"], sort=False):
-        ddp, m8 = g[g.M == 0], g[g.M == 8]
-        if len(ddp) and len(m8):
-            ddp, m8 = ddp.iloc[0], m8.iloc[0]
-            both.append((setting(m8), ddp.rise_pct, m8.rise_pct, m8.loss_1x))
-    held = [b for b in both if b[2] < b[1]]
-    failed = [b for b in both if b[2] >= b[1]]
-    out = ["; ".join(f"{s}: DDP {d:+.1f}%, M = 8 {x:+.1f}% (M = 8 at 1×: {lo:.2f} nats)"
-                     for s, d, x, lo in both)]
-    if held and failed and min(b[3] for b in held) > max(b[3] for b in failed):
-        out.append(f"The finding holds only where DiLoCo M = 8 ends at 1× at "
-                   f"{min(b[3] for b in held):.2f} nats or more, far from trained: it has little "
-                   "to lose. Wherever it trains further at 1× "
-                   f"({max(b[3] for b in failed):.2f} nats or less: a larger model, a smaller "
+    ddp = {(r.size, r.tokens, r.base): r.rise_pct for r in rises[rises.M == 0].itertuples()}
+    m8 = rises[rises.M == 8]
+    m8 = m8.assign(ddp=[ddp.get((r.size, r.tokens, r.base)) for r in m8.itertuples()]).dropna(
+        subset=["ddp"])
+    held, failed = m8[m8.rise_pct < m8.ddp].loss_1x, m8[m8.rise_pct >= m8.ddp].loss_1x
+    out = ["; ".join(f"{setting(r)}: DDP {r.ddp:+.1f}%, M = 8 {r.rise_pct:+.1f}% (M = 8 at 1×: "
+                     f"{r.loss_1x:.2f} nats)" for _, r in m8.iterrows())]
+    if len(held) and len(failed) and held.min() > failed.max():
+        out.append(f"The finding holds only where DiLoCo M = 8 ends at 1× at {held.min():.2f} "
+                   "nats or more, far from trained: it has little to lose. Wherever it trains "
+                   f"further at 1× ({failed.max():.2f} nats or less: a larger model, a smaller "
                    "batch per step or more tokens), the larger batch costs DiLoCo more than DDP")
-    elif held and failed:
+    elif len(held) and len(failed):
         out.append("No loss level separates the settings where it holds from those where it "
                    "fails")
     sweep = rises[(rises.tokens == 1) & (rises.base == 0)]

@@ -46,6 +46,17 @@ def gap(results: pd.DataFrame, paper: dict, tokens_per_param: float) -> alt.Laye
               "parameter)")
 
 
+def _bar_labels(base: alt.Chart, field: str) -> list:
+    """The `text` column beside each horizontal bar (right of a positive `field`, left of a
+    negative one, in dark grey whatever the bar's colour), and the zero rule."""
+    def label(sign, align, dx):
+        return base.transform_filter(f"datum.{field} {sign} 0").mark_text(
+            align=align, dx=dx, fontSize=10).encode(text="text:N", color=alt.value("#333"))
+
+    zero = alt.Chart().mark_rule(color="#333").encode(x=alt.datum(0))
+    return [label(">=", "left", 4), label("<", "right", -4), zero]
+
+
 def tuning(table: pd.DataFrame, choices: pd.DataFrame) -> alt.FacetChart:
     """Seed 0's final tune-plays loss against DiLoCo's outer lr, one line per M, one panel per
     model size (1× batch, at DDP's chosen inner lr); the chosen lr of each M ringed."""
@@ -87,13 +98,8 @@ def causes(table: pd.DataFrame) -> alt.FacetChart:
                         scale=alt.Scale(range=["#8C8C8C", "#DD8452", "#4C72B0"])),
         tooltip=["model", "method", "variant", alt.Tooltip("gap_pct:Q", format="+.2f"),
                  "seeds"])
-    bars = base.mark_bar()
-    right = base.transform_filter("datum.gap_pct >= 0").mark_text(
-        align="left", dx=4, fontSize=10, color="#333").encode(text="text:N")
-    left = base.transform_filter("datum.gap_pct < 0").mark_text(
-        align="right", dx=-4, fontSize=10, color="#333").encode(text="text:N")
-    zero = alt.Chart().mark_rule(color="#333").encode(x=alt.datum(0))
-    return alt.layer(bars, right, left, zero, data=df).properties(width=200, height=90).facet(
+    chart = alt.layer(base.mark_bar(), *_bar_labels(base, "gap_pct"), data=df)
+    return chart.properties(width=200, height=90).facet(
         row=alt.Row("model:N", title=None), column=alt.Column("method:N", title=None),
     ).properties(title="Why DiLoCo trails DDP here: more outer steps, or more tokens?")
 
@@ -122,14 +128,8 @@ def batch(rises: pd.DataFrame, factor: int) -> alt.FacetChart:
         color=alt.Color("method:N", legend=None, scale=alt.Scale(
             domain=methods, range=["#8C8C8C", "#fdd0a2", "#fdae6b", "#f16913", "#a63603"])),
         tooltip=["setting", "method", alt.Tooltip("rise_pct:Q", format="+.2f"), "seeds"])
-    bars = base.mark_bar()
-    right = base.transform_filter("datum.rise_pct >= 0").mark_text(
-        align="left", dx=4, fontSize=10).encode(text="text:N", color=alt.value("#333"))
-    left = base.transform_filter("datum.rise_pct < 0").mark_text(
-        align="right", dx=-4, fontSize=10).encode(text="text:N", color=alt.value("#333"))
-    zero = alt.Chart().mark_rule(color="#333").encode(x=alt.datum(0))
-    chart = alt.layer(bars, right, left, zero, data=df).properties(width=260,
-                                                                  height=alt.Step(16))
+    chart = alt.layer(base.mark_bar(), *_bar_labels(base, "rise_pct"), data=df).properties(
+        width=260, height=alt.Step(16))
     return chart.facet(
         facet=alt.Facet("setting:N", title=None, sort=list(dict.fromkeys(df.setting))),
         columns=2).resolve_scale(y="independent").properties(
