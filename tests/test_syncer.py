@@ -93,6 +93,21 @@ def test_a_failed_learner_is_left_out_loses_its_work_and_comes_back_from_theta()
     assert stats["learner_steps"] == 64 and stats["outer_steps"] == 4
 
 
+@pytest.mark.parametrize("down_at", [7.0, 8.5])
+def test_a_learner_that_fails_between_a_close_and_its_publish_answers_again(down_at):
+    """K = M = 2, H = 4, a 2 s link latency: the ask at 4 s closes at 6 s (both answers took
+    2 s) and is published at 8 s. Learner 1 down from 7 s (after the close, before the publish)
+    or from 8.5 s, back at 10 s: either way, once back it holds the newest Θ and answers the
+    later asks, so every ask (4, 12, 20, 28 and 36 s) gets its outer step. (The merged answer's
+    flag used to survive the reload: the learner skipped every later ask and, with K = M, the
+    fragment never synced again: 1 outer step in 40 steps.)"""
+    cluster = Cluster(link=dl.Link(latency_s=2.0), failures=((1, down_at, 10.0),))
+    pl = plan(cluster, workers=2, steps=40, quorum=2)
+    assert [c.time_s for c in events(pl, "close")][:2] == [8.0, 16.0]
+    assert final(pl)["outer_steps"] == 5
+    assert [s.time_s for s in sends_of(pl, 1)][:2] == [4.0, 12.0]
+
+
 def test_a_learner_that_never_comes_back_is_fine():
     """Learner 1 fails at 2.5 s for good (K = 1, τ = 0). By hand: it took 2 steps; the other
     three take 3 steps a second, so the 48 learner-steps of the budget run out at 16 s (8 by

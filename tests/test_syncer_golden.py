@@ -176,7 +176,7 @@ GOLDEN = {
     "five_k5": "43f9eb15df1e92a351fbd629216c50d7c0809d67",
     "h1_every_step": "2fec3cc22f34a5521c4bf56a27c076fae9bc609f",
     "jitter_p3_t1_k2": "3f051b949f49735463dd6d8adbbb39a23f28b32c",
-    "link_chaos_spread_grace1": "0286b7a3e57e3912da345c76a78dcfaa658e95e1",
+    "link_chaos_spread_grace1": "3e23739f5eec1cb34858a3ee018bae0e521ac346",
     "link_fail_jitter_p3_t2": "f9671cd65fdbf04052062181bf1ed1424df63030",
     "link_p1_k1": "e42358e916a0428dc1bb78385f28628519e39de8",
     "link_p3_t1_kM_down32": "d2c9d639fe52dc408efffdd0ae4c1028aa792fda",

@@ -195,8 +195,11 @@ class Recorder:
         self._event("arrive", t, p, learners)
 
     def reload(self, m: int, peer: int, t: float) -> None:
-        """Learner m (back from a failure) loads Θ and learner `peer`'s inner state."""
+        """Learner m (back from a failure) loads Θ and learner `peer`'s inner state: it holds
+        the newest Θ_p of every fragment, so no answer of its own awaits a result (a close
+        between its failure and the publish may have merged its last answer)."""
         self.since[m] = [0] * self.P
+        self.merged[m] = [False] * self.P
         self.c["down"] += self.rejoin_nbytes
         ev = self._event("reload", t, -1, [m])
         ev.peer = np.arange(self.M)
