@@ -11,7 +11,7 @@ import sys
 # s, Streaming 64 → 51 s, Decoupled 65 → 56 s, DDP 73 → 45 s). It is the emulated count that
 # matters: a 2-device mesh among 8 emulated devices runs the same program 55% slower. Same
 # training, other layout: the numbers agree with the notebooks' (8 devices) to float-rounding
-# drift (README, "Two commands"), and the run cache serves both.
+# drift (docs/reproduction.md, "Two commands"), and the run cache serves both.
 REPRODUCE_DEVICES = 2
 
 

@@ -3,7 +3,7 @@
 Every config validates itself where it enters (`__post_init__`) and raises `ValueError`
 naming the field and its allowed range, so that a bad value never reaches JAX.
 
-Math symbol -> field (ALGORITHMS.md):
+Math symbol -> field (docs/algorithms.md, "Symbols", has the update rules):
 
 | symbol | meaning                          | field                                  |
 |--------|----------------------------------|----------------------------------------|
@@ -81,7 +81,7 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DDP:
-    """Data-parallel training: one all-reduce of the full gradient every step (ALGORITHMS.md §1).
+    """Data-parallel training: one all-reduce of the full gradient every step (§1).
 
     `elastic`: when a worker fails, go on without it instead of stopping the job (`clock`)."""
 

@@ -1,6 +1,6 @@
 """The outer loop's pieces, shared by DiLoCo, Streaming DiLoCo and Decoupled DiLoCo.
 
-- `pseudo_gradient(global, local)`: Δ = θ − θ_m (ALGORITHMS.md §2), which points uphill like a
+- `pseudo_gradient(global, local)`: Δ = θ − θ_m (docs/algorithms.md §2), which points uphill like a
   gradient, so a *descent* step on it moves θ toward where the workers went;
 - `outer_step(...)`: one step of the outer optimizer on Δ (default Nesterov SGD, lr 0.7,
   momentum 0.9);

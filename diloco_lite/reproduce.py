@@ -7,7 +7,7 @@
 - It trains on 2 emulated devices (`__main__.REPRODUCE_DEVICES`: 4 workers vmapped on each,
   faster on 2 cores than 8 single-worker devices); the notebooks train the same runs on 8. The
   key leaves the layout out, so the two share runs: their numbers agree to float-rounding drift
-  (README, "Two commands"), and each run's `<key>.txt` records what trained it.
+  (docs/reproduction.md, "Two commands"), and each run's `<key>.txt` records what trained it.
 - The bandwidth and goodput reproductions come from `bandwidth_report` and `goodput_report`;
   the real-link measurements (`links`: processes on the testbed's throttled hosts, needs root
   and iproute2, else times on loopback) from `distributed.measure`.
@@ -130,7 +130,8 @@ def _train_and_save(config, directory: Path, progress: bool, keep_params: bool =
 
 
 def _layout() -> str:
-    """What trained a run (not in its key: the layouts agree to float-rounding drift, README)."""
+    """What trained a run (not in its key: the layouts agree to float-rounding drift,
+    docs/reproduction.md)."""
     import jax
 
     devices = jax.devices()

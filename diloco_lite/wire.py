@@ -11,7 +11,7 @@ and the payload it builds is what the compiled program really moves (tests read 
 | 4    | [−7, 7] + 7, two per uint8 (low nibble first)       | one fp32 per row        |
 | 2    | [−1, 1] + 1, four per uint8 (low bits first)        | one fp32 per row        |
 
-Quantization is symmetric absmax (ALGORITHMS.md §3, choice): a row is a last-axis slice of a
+Quantization is symmetric absmax (docs/algorithms.md §3, choice): a row is a last-axis slice of a
 matrix (a vector or scalar is one row); its scale is s = max|x| / q_max with
 q_max = 2^(b−1) − 1, and x travels as round(x / s). Rows whose length does not fill the last
 byte are padded with zero codes, and the padding is counted: it is sent.

@@ -45,7 +45,7 @@ def test_expected_goodput_from_the_raw_fields():
                                 c.detect_s + c.learner_reschedule_s, c.rejoin_s)
     assert expected_goodput("dp", c) == pytest.approx(dp, rel=1e-12)
     assert expected_goodput("decoupled", c, learners=8) == pytest.approx(learner, rel=1e-12)
-    # The calibration targets (NUMBERS.md): dp 27%, elastic dp 58%, decoupled M=8 88%.
+    # The calibration targets (docs/algorithms.md §7): dp 27%, elastic dp 58%, decoupled M=8 88%.
     assert expected_goodput("dp", c) == pytest.approx(0.27, abs=0.01)
     assert expected_goodput("elastic_dp", c) == pytest.approx(0.58, abs=0.01)
     assert learner == pytest.approx(0.88, abs=0.01)

@@ -1,4 +1,4 @@
-"""Exact identities between the methods (ALGORITHMS.md §1–§4), to float tolerance, and the
+"""Exact identities between the methods (docs/algorithms.md §6), to float tolerance, and the
 Streaming DiLoCo driver against a plain loop written here from the paper's recipe."""
 
 import jax
@@ -129,7 +129,7 @@ def sgd_steps_by_hand(local, grad, treedef, corpus, cfg, t):
 
 def rda_by_hand(deltas):
     """Radial-directional averaging of equally weighted Δ_m (lists of arrays, taken together):
-    r = mean ‖Δ_m‖, u = mean Δ_m/‖Δ_m‖, Δ = r · u/‖u‖ (ALGORITHMS.md §4)."""
+    r = mean ‖Δ_m‖, u = mean Δ_m/‖Δ_m‖, Δ = r · u/‖u‖ (docs/algorithms.md §4)."""
     norms = [np.sqrt(sum(np.sum(x * x) for x in d)) for d in deltas]
     u = [np.mean([d[i] / n for d, n in zip(deltas, norms, strict=True)], 0)
          for i in range(len(deltas[0]))]

@@ -1,4 +1,4 @@
-"""Imports point one way (README, "How the code is organised"): no module of the package
+"""Imports point one way (docs/design.md, "How the code is organised"): no module of the package
 imports, at module level or inside a function, a module that imports it back."""
 
 import ast

@@ -1,11 +1,12 @@
-"""Data-parallel training (ALGORITHMS.md §1): one all-reduce of the gradient per step.
+"""Data-parallel training (docs/algorithms.md §1): one all-reduce of the gradient per step.
 
 Parameters and optimizer state are replicated (`P()`), the batch is sharded over the `workers`
 axis. Inside one `shard_map` (with `check_vma=False`, i.e. no implicit collectives inserted by
 autodiff) each device takes the gradient of the mean loss over its own workers' sequences,
 `pmean`s it over the axis — one all-reduce — and applies the same optimizer update as every
-other device. This is the "equivalent formulation" ALGORITHMS.md allows; the test
-`test_ddp_equals_large_batch` proves it equals one worker on the whole global batch.
+other device. This is the library's choice of the two formulations docs/algorithms.md §1
+gives; the test `test_ddp_equals_large_batch` proves it equals one worker on the whole global
+batch.
 
 Why not `jax.grad` outside the `shard_map`? It is correct too, but its transpose all-reduces one
 cotangent per *use* of a replicated parameter, so the tied embedding (used by the lookup and by

@@ -3,7 +3,7 @@ simulator and the notebooks.
 
 Steps are counted from 1: "after step t" means once t inner steps are done. Fragment p of P is
 first sent after step `offset(p)` = ⌊(p+1)·H/P⌋ and then every H steps, so the P fragments are
-spread evenly over the period and the last one goes on the H-th step (ALGORITHMS.md §3). Its
+spread evenly over the period and the last one goes on the H-th step (docs/algorithms.md §3). Its
 new global value is applied τ (`overlap`) steps later, after step t + τ.
 
 | method                     | H              | P          | τ         |

@@ -11,7 +11,7 @@ has the rules: quorum K of the learners up, the grace window, token weights, one
 fragment in flight, failures and rejoins, the end-of-run flush). A real runtime drives the same
 state machine with wall-clock times; this module is its simulated driver. It keeps the event
 queue, each learner's step times and failure windows (`Timeline`), the FIFO timing of the links,
-the `Recorder` calls, and the learners' side (ALGORITHMS.md §4):
+the `Recorder` calls, and the learners' side (docs/algorithms.md §4):
 
 1. asked for fragment p, an up learner answers at its next step boundary: it sends Δ = base − θ
    through the wire format over its own link (first in first out). Δ holds every step since its

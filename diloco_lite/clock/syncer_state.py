@@ -1,6 +1,6 @@
 """Decoupled DiLoCo's syncer as a state machine: events in, actions out, no clock of its own.
 
-The syncer's decisions (ALGORITHMS.md §4) live here and nowhere else. A *driver* tells the
+The syncer's decisions (docs/algorithms.md §4) live here and nowhere else. A *driver* tells the
 `SyncerState` what happened and when, and carries out the actions it returns. Two drivers can
 run it: the simulated clock (`clock.syncer`: an event queue, the learners' step times, FIFO
 links, a `Recorder`), and a real runtime (actors, real messages, wall-clock times). It never

@@ -1,7 +1,7 @@
 """Checks for notebook 04 (Decoupled DiLoCo's syncer): its token weights, when it closes a
 merge (quorum and grace window), and the goodput of a run.
 
-The references are written here from ALGORITHMS.md §4 (the same rules as `clock.syncer`), and
+The references are written here from docs/algorithms.md §4 (the same rules as `clock.syncer`), and
 each check also computes the classic wrong answers and names the one the student's answer
 matches.
 """

@@ -14,7 +14,7 @@ With no cluster given, each learner takes one second per step and the link is fr
   4-bit reply; the quorum K and the grace window, on a cluster whose step times jitter ±30%.
 
 The reference Decoupled DiLoCo (`reference`): H as DiLoCo's, P = 4 balanced fragments, τ = 2,
-4-bit deltas, K = 1, grace safety 0.5, RDA (ALGORITHMS.md §4, with the paper's τ, K and bits;
+4-bit deltas, K = 1, grace safety 0.5, RDA (docs/algorithms.md §4, with the paper's τ, K and bits;
 P is ours: the model has 13–22 tensors, not the paper's hundreds).
 """
 
@@ -37,7 +37,8 @@ JITTER = Cluster(jitter=0.3, seed=0)
 # lock-step round of H steps survives with probability exp(−H·M/MTBF) ≈ 0.6 in both modes.
 MTBF, DOWN = 800.0, 40.0
 
-# The Decoupled DiLoCo paper's ablations (NUMBERS.md, second-hand; benchmark average scores).
+# The Decoupled DiLoCo paper's ablations (docs/algorithms.md §7, second-hand; benchmark average
+# scores).
 PUBLISHED = {
     ("merge", 8): (55.4, 54.1),  # RDA, plain mean at M = 8
     ("merge", 16): (54.5, 52.7),  # at M = 16

@@ -27,7 +27,7 @@ from .common import H_REF, H_SWEEP, base_config, describe, matching_configs
 
 GROUPS = ("h_sweep", "m_sweep", "shards", "streaming")
 
-# Published figures (NUMBERS.md) the rows are compared with.
+# Published figures (docs/algorithms.md §7) the rows are compared with.
 PUBLISHED = {
     "diloco_ppl_vs_dp": 15.02 / 15.30,  # DiLoCo 150M, M=8, H=500 vs 8x-batch data-parallel
     "diloco_noniid_vs_iid": 15.02 / 15.08,  # final perplexity, non-i.i.d. vs i.i.d. shards

@@ -51,7 +51,7 @@ WHY = {
         "parameters on Shakespeare, H=32, 40 tokens per parameter; both tune the outer lr per M",
     ("scaling law", "reproduced", ""):
         "the config column gives the evidence and, where it fails, what the cause checks "
-        "found; README, 'The scaling-law sweep'",
+        "found; docs/reproduction.md, 'The scaling-law sweep'",
     ("bandwidth", "", ""):
         "the published figure's inputs were not published: this is our reconstruction's value "
         "(12B parameters, 1.9 s/step, 80% utilization; notebook 05)",

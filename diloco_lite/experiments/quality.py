@@ -27,7 +27,8 @@ SEEDS = (0, 1, 2)
 METHODS = ("DDP", "DiLoCo", "Streaming DiLoCo", "Decoupled DiLoCo", "Decoupled DiLoCo, chaos")
 
 # What the papers published about each method's quality against data-parallel training
-# (NUMBERS.md): (metric of ours it compares with, published value, what the published value is).
+# (docs/algorithms.md §7): (metric of ours it compares with, published value, what the
+# published value is).
 PUBLISHED = {
     "DiLoCo": ("perplexity / DDP perplexity", 15.02 / 15.30,
                "150M model, C4, M=8, H=500 (DiLoCo paper)"),

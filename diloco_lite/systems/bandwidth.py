@@ -1,6 +1,6 @@
 """Compute utilization over one network link, and the bandwidth needed to reach a target.
 
-A discrete-event model of training steps (ALGORITHMS.md §5 "Bandwidth needed"), in numpy,
+A discrete-event model of training steps (docs/algorithms.md §5, "Bandwidth needed"), in numpy,
 vectorized over cases (bandwidths, model sizes, step times, targets). Choices, all explicit:
 
 - **Step.** Compute time T per step: forward T/3, then backward 2T/3. Stalls push every later

@@ -1,7 +1,7 @@
 """The "8 datacenters: 198 Gbit/s → 0.84 Gbit/s" claim, reconstructed with `bandwidth`.
 
-The Decoupled DiLoCo announcement (NUMBERS.md) gives the two bandwidths but not their inputs.
-`Reconstruction` is the assumption set we found, and how we found it:
+The Decoupled DiLoCo announcement (docs/algorithms.md §7) gives the two bandwidths but not
+their inputs. `Reconstruction` is the assumption set we found, and how we found it:
 
 1. Both figures scale with n_params / step_time, so their *ratio* (198 / 0.84 ≈ 236×) depends
    only on the method settings and the utilization target. With 8 replicas (ring factor
@@ -192,8 +192,8 @@ def utilization_curves(
 
 @dataclasses.dataclass(frozen=True)
 class WanRun:
-    """The press's "20× faster" (NUMBERS.md): a 12B model trained across 4 US regions over 2–5
-    Gbit/s WAN links, Decoupled DiLoCo against conventional synchronization. Assumed (not
+    """The press's "20× faster" (docs/algorithms.md §7): a 12B model trained across 4 US regions
+    over 2–5 Gbit/s WAN links, Decoupled DiLoCo against conventional synchronization. Assumed (not
     published): the reconstruction's 1.9 s per step for a 12B model, bf16 gradients for
     data-parallel training, the Decoupled paper's H = P = 24, τ = 2, int4 both ways, and the
     bandwidth simulator's overlap of communication with the backward pass. Wall-clock per step

@@ -1,4 +1,4 @@
-"""Goodput under chip failures: a discrete-event chaos simulator (ALGORITHMS.md §5).
+"""Goodput under chip failures: a discrete-event chaos simulator (docs/algorithms.md §5).
 
 Chips fail as independent Poisson processes, so a group of n chips fails at rate
 n / MTBI. The simulator draws failures per *failure domain*, never per chip: 1.2M chips
@@ -41,10 +41,10 @@ class ChaosConfig:
     """Cluster size, failure rate and every timing (seconds) of the chaos simulation.
 
     Only `chips`, `mtbi_chip_years` and `sync_steps` come from the paper (second-hand,
-    NUMBERS.md). No timing was published; the others are one calibrated set, chosen so that at
-    1.2M chips dp ≈ 27% (blog), elastic_dp ≈ 58% and decoupled M=8 ≈ 88% (paper). They sit
-    where NUMBERS.md says they must: failures every ~26 s, a full restart of that order, and a
-    learner recovery clearly cheaper than a full restart.
+    docs/algorithms.md §7). No timing was published; the others are one calibrated set, chosen
+    so that at 1.2M chips dp ≈ 27% (blog), elastic_dp ≈ 58% and decoupled M=8 ≈ 88% (paper).
+    They sit where docs/algorithms.md §7 says they must: failures every ~26 s, a full restart
+    of that order, and a learner recovery clearly cheaper than a full restart.
 
     - `chips`: chips in the job (paper: 1.2M; sweep 150k → 2.4M).
     - `mtbi_chip_years`: mean time between interruptions of one chip (paper: 1 year).

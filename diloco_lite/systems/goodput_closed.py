@@ -15,7 +15,7 @@ Renewal-reward arithmetic gives the long-run fraction of time spent on committed
 
 (with `absorbed_s = 0` this is the classic "restarts exposed to failures" result). Independent
 islands: M learners, each with rate λ/M, give G(λ/M) each, so the whole is G(λ/M), and with
-equal recovery cost and no commits G = e^(−λR) turns into G_sync^(1/M) (NUMBERS.md).
+equal recovery cost and no commits G = e^(−λR) turns into G_sync^(1/M) (docs/algorithms.md §5).
 """
 
 from __future__ import annotations

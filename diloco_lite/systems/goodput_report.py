@@ -1,4 +1,4 @@
-"""The goodput claims of Decoupled DiLoCo (NUMBERS.md), reproduced with `goodput`.
+"""The goodput claims of Decoupled DiLoCo (docs/algorithms.md §7), reproduced with `goodput`.
 
 One default `ChaosConfig` (its docstring says where each timing comes from) is calibrated on
 three numbers at 1.2M chips: dp 27% (blog), elastic dp 58% and Decoupled M=8 88% (paper).
