@@ -193,7 +193,7 @@ assert wrong_bytes == (param_bytes + embed_bytes) + (param_bytes + 4)
 # %% [markdown]
 # ## 4. `jax.grad` outside the `shard_map`: correct, but per use
 #
-# The other correct formulation (the one ALGORITHMS.md §1 names): `pmean` the *loss* inside
+# The other correct formulation (docs/algorithms.md §1 gives both): `pmean` the *loss* inside
 # `shard_map`, and differentiate the whole sharded function from outside. Autodiff's sum now
 # meets a loss already divided by `M`, so the gradient is right.
 # (Differentiating the `pmean`-ed loss *inside* a `check_vma=True` `shard_map` is the same
