@@ -1,0 +1,124 @@
+"""The repository stands alone: every document it mentions is in it, every relative link in its
+markdown points at a file (and heading) it holds, and nothing points outside it."""
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SKIP_DIRS = {".git", "runs", "build", "__pycache__", "node_modules"}
+# Paths of the machine this project was written on, which a clone does not have. Spelled in
+# two pieces so that this file does not name them itself.
+OUTSIDE = ("/work/" + "shared", "shared/" + "reference")
+# A mention of a markdown file: `docs/algorithms.md`, "README.md", ... (not `<key>.md`, `*.md`).
+MD_MENTION = re.compile(r"(?<![\w/.<*-])([\w./-]*[\w-]\.md)\b")
+# A markdown link or an HTML image in markdown: [text](target), <img src="target">.
+LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|<img[^>]*\bsrc=\"([^\"]+)\"")
+
+
+def repository_files() -> list[Path]:
+    """Tracked files and new ones git does not ignore; without git, every file outside the
+    virtual environments, caches and run outputs."""
+    try:
+        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
+                              "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+        names = [n for n in out.decode().split("\0") if n]
+        return [ROOT / n for n in names if (ROOT / n).is_file()]
+    except (OSError, subprocess.CalledProcessError):
+        return [p for p in ROOT.rglob("*") if p.is_file()
+                and not any(part in SKIP_DIRS or part.startswith(".venv") or
+                            part.endswith(".egg-info") for part in p.relative_to(ROOT).parts)]
+
+
+FILES = repository_files()
+TEXT = {p: p.read_text(errors="replace") for p in FILES
+        if p.suffix in (".md", ".py", ".toml", ".ipynb", ".yml", ".json", ".cfg", ".txt", "")
+        and p.stat().st_size < 5_000_000}
+SOURCES = [p for p in TEXT if p.suffix in (".md", ".py", ".toml") or p.name == "Makefile"]
+NOTEBOOK_SOURCES = [p for p in SOURCES if p.suffix == ".py" and "notebooks" in p.parts]
+MARKDOWN = [p for p in SOURCES if p.suffix == ".md"]
+PATHS = {p.relative_to(ROOT).as_posix() for p in FILES}
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def line_of(text: str, index: int) -> int:
+    return text.count("\n", 0, index) + 1
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: markup and punctuation dropped, lower case, spaces to -."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link keeps its text
+    text = re.sub(r"<[^>]+>", "", text).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors of a markdown file's headings (repeated headings get -1, -2, ...)."""
+    seen, out, fenced = {}, set(), False
+    for line in TEXT[path].splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            base = slug(m[1])
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def markdown_links(path: Path):
+    """(line, target) of each relative link: every link of a .md file, and those in the
+    comment lines (markdown cells) of a notebook's .py source."""
+    text = TEXT[path]
+    if path.suffix == ".py":
+        text = "\n".join(line if line.lstrip().startswith("#") else ""
+                         for line in text.splitlines())
+    for m in LINK.finditer(text):
+        target = m[1] or m[2]
+        if not re.match(r"^[a-z][a-z0-9+.-]*:", target) and not target.startswith("//"):
+            yield line_of(text, m.start()), target
+
+
+def test_no_file_points_outside_the_repository():
+    found = [f"{rel(p)}:{line_of(text, m.start())}: {m[0]}" for p, text in TEXT.items()
+             for m in re.finditer("|".join(map(re.escape, OUTSIDE)), text)]
+    assert not found, "these files point outside the repository:\n" + "\n".join(found)
+
+
+def test_every_markdown_file_mentioned_is_in_the_repository():
+    """A mention matches a file of the repository whose path ends with it (`results.md` is
+    figures/results.md; `docs/algorithms.md` is that file)."""
+    def exists(name: str) -> bool:
+        name = name.lstrip("./")
+        return any(p == name or p.endswith("/" + name) for p in PATHS)
+
+    missing = [f"{rel(p)}:{line_of(TEXT[p], m.start())}: {m[1]}" for p in SOURCES
+               for m in MD_MENTION.finditer(TEXT[p]) if not exists(m[1])]
+    assert not missing, ("these files mention markdown files the repository does not hold:\n"
+                         + "\n".join(missing))
+
+
+def test_every_relative_link_points_at_a_file_and_heading_of_the_repository():
+    broken = []
+    for p in MARKDOWN + NOTEBOOK_SOURCES:
+        for line, target in markdown_links(p):
+            where, _, anchor = target.partition("#")
+            dest = (p.parent / where).resolve() if where else p
+            if not dest.exists():
+                broken.append(f"{rel(p)}:{line}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and dest in TEXT and anchor not in anchors(dest):
+                broken.append(f"{rel(p)}:{line}: {target} (no such heading)")
+    assert not broken, "broken relative links:\n" + "\n".join(broken)
+
+
+def test_the_checks_see_the_documents():
+    """The scan reads the README, the docs and the code (a scan of nothing passes vacuously)."""
+    assert {"README.md", "docs/algorithms.md", "diloco_lite/config.py", "Makefile",
+            "pyproject.toml"} <= {rel(p) for p in SOURCES}
+    assert "symbols" in anchors(ROOT / "docs" / "algorithms.md")
+    assert slug("1. Data-parallel training (DDP)") == "1-data-parallel-training-ddp"
+    assert slug("`make reproduce`, in detail") == "make-reproduce-in-detail"
