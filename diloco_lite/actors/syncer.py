@@ -1,13 +1,11 @@
 """Decoupled DiLoCo's syncer on the wall clock: the state machine, driven by real events.
 
 `SyncerRuntime` is the real runtime's twin of `clock.syncer.plan_decoupled`: the same
-`SyncerState` decides (quorum, grace, token weights, failures, the flush), the same learner-side
-rules answer and apply (an ask is answered at the learner's next step boundary, not while its
-merged answer's result is still to be applied; the newest published fragment is applied τ of
-the learner's own steps after the ask, never waited for), and the same `Recorder` books bytes,
-steps and goodput. What differs is where the events come from: real learners, each in its own
-process, call in at every step boundary, and the times are seconds of wall clock since the
-run's start `t0`.
+`SyncerState` decides (quorum, grace, token weights, failures, the flush), the same
+`LearnerRules` say when a learner answers and applies, what a rejoin loads and how the flush
+weighs (`clock.learner_rules`), and the same `Recorder` books bytes, steps and goodput. What
+differs is where the events come from: real learners, each in its own process, call in at
+every step boundary, and the times are seconds of wall clock since the run's start `t0`.
 
 A learner's step boundary is one short call (`boundary`): it reports its step (and the loss)
 stamped with its own clock (its step times padded to `Cluster.step_time_s`), and the reply says
@@ -39,10 +37,11 @@ import numpy as np
 
 from ..algorithms.learners import LearnersDriver, merge_step
 from ..clock import Timeline
+from ..clock.learner_rules import LearnerRules
 from ..clock.recorder import Recorder
 from ..clock.schedule import Schedule
 from ..clock.syncer import ASK, BOUNDARY, DEADLINE, FAIL, RESPONSE  # the order at equal times
-from ..clock.syncer_state import Ask, AskAt, Close, SetDeadline, SyncerState, token_weight
+from ..clock.syncer_state import AskAt, Close, SetDeadline, SyncerState
 from ..outer import take_leaves
 from ..training import eval_points, setup
 from ..wire import from_bytes
@@ -81,13 +80,14 @@ class SyncerRuntime:
         d = LearnersDriver(config, model, mesh, optimizer, params)
         self.frags, self.mean_leaves, self.rda = d.frags, d.mean_leaves, d.rda
         self.M, self.P, self.steps, self.hold = config.workers, len(d.frags), config.steps, hold_s
-        self.tau = Schedule.of(algo).overlap
-        self.tokens = config.batch_size * config.seq_len
+        tokens = config.batch_size * config.seq_len
         self.timeline = Timeline(config.cluster, self.M)
         self.rec = Recorder(self.timeline, up_nbytes=d.up_nbytes, down_nbytes=d.down_nbytes,
                             sizes=d.sizes, rejoin_nbytes=d.rejoin_nbytes,
-                            tokens_per_step=self.tokens, mix=d.alpha)
+                            tokens_per_step=tokens, mix=d.alpha)
         self.state = SyncerState(algo, self.M, self.timeline.t_ref)  # loopback: a free link
+        self.rules = LearnerRules(self.state, self.rec, tau=Schedule.of(algo).overlap,
+                                  tokens_per_step=tokens, on_action=self._on_action)
         self.treedef = jax.tree.structure(params)
         self.global_ = [jnp.asarray(x) for x in jax.tree.leaves(params)]
         frags = [take_leaves(self.global_, f) for f in self.frags]
@@ -98,11 +98,6 @@ class SyncerRuntime:
         self._merge = jax.jit(functools.partial(merge_step, d.outer_optimizer, d.up, d.down),
                               static_argnames=("mean_leaves", "rda", "flush"))
         M, P = self.M, self.P
-        self.up = [True] * M
-        self.k = [0] * M  # each learner's own steps done (its next data index)
-        self.asked = [{} for _ in range(M)]  # fragment -> sync asked of m, not answered yet
-        self.ask_pos = [[None] * P for _ in range(M)]
-        self.due = [{} for _ in range(M)]  # fragment -> position from which m applies it
         self.fresh = [set() for _ in range(M)]  # fragments published since m's last boundary
         self.payloads = [{} for _ in range(P)]  # fragment -> learner -> its last answer
         self.timers, self.seq, self.clock = [], itertools.count(), 0.0
@@ -118,8 +113,12 @@ class SyncerRuntime:
                             mean_leaves=self.mean_leaves[p], rda=self.rda, flush=flush)
 
     # ---- the learners' calls --------------------------------------------------------------------
+    @property
+    def up(self) -> list[bool]:
+        return self.state.up
+
     def start(self) -> None:
-        self._act(self.state.start(), 0.0)
+        self.rules.start()
 
     def boundary(self, m: int, T: float, loss: float) -> Reply:
         """Learner m finished a step at T on its clock (module docstring)."""
@@ -128,24 +127,10 @@ class SyncerRuntime:
         self.advance(T, before=BOUNDARY)
         t = self._now(T)
         rec = self.rec
-        rec.step(m, self.k[m], t)
-        self.k[m] += 1
         self.losses.append((m, t, loss))
-        reply = Reply()
-        for p in sorted(self.asked[m]):
-            if self.ask_pos[m][p] is None:
-                self.ask_pos[m][p] = rec.position(m)
-            if rec.merged[m][p]:
-                continue  # its last answer was merged and it has not applied the result
-            sync, since = self.asked[m].pop(p), rec.since[m][p]
-            self._act(self.state.sent(p, m, sync, since * self.tokens, since, t), t)
-            rec.send(p, [m], t)
-            reply.answer.append((p, sync))
-            self.log.append((t, "answer", m, p))
-        for p in [p for p, pos in self.due[m].items() if rec.position(m) >= pos]:
-            rec.arrive(p, [m], t)
-            self._act(self.state.applied(m, p, t), t)
-            del self.due[m][p]
+        reply = Reply(answer=self.rules.boundary(m, t))
+        self.log += [(t, "answer", m, p) for p, _ in reply.answer]
+        for p in self.rules.apply(m, t):
             reply.apply.append((p, [np.asarray(x) for x in take_leaves(self.global_,
                                                                        self.frags[p])]))
             self.log.append((t, "apply", m, p))
@@ -167,24 +152,19 @@ class SyncerRuntime:
             return  # after the end, or it failed since it sent it: left out
         t = self._now(now)
         self.payloads[p][m] = payload
-        self._act(self.state.arrived(p, m, sync, t), t)
+        self.rules.arrived(p, m, sync, t)
 
     def failed(self, m: int, now: float) -> None:
         """Learner m's process died: its unsynced work and its answers on the wire are lost."""
         if not self.up[m]:
             return
-        if self.ending is not None:  # heard of after the end: out of the flush, no more merges
-            self.up[m] = self.state.up[m] = False
-            self.rec.fail(m)
-            self.log.append((self.clock, "fail", m, -1))
-            return
-        self.advance(now - self.hold, before=FAIL)
-        t = self._now(now)
-        self.up[m], self.asked[m], self.due[m] = False, {}, {}
-        self.ask_pos[m] = [None] * self.P
-        self.rec.fail(m)
+        if self.ending is None:
+            self.advance(now - self.hold, before=FAIL)
+            t = self._now(now)
+        else:  # heard of after the end: as at the end (out of the flush)
+            t = self.clock
         self.log.append((t, "fail", m, -1))
-        self._act(self.state.failed(m, t), t)
+        self.rules.failed(m, t)
         for r, q in list(self.peer_of.items()):
             if q == m:  # it was to send its state to a returning learner: ask another one
                 del self.peer_of[r]
@@ -194,8 +174,8 @@ class SyncerRuntime:
         """Learner m is back: it reloads at the next step boundary of a healthy peer, which
         uploads its inner optimizer state (`peer_state`); with no peer up, at once, with a fresh
         one. `rejoined.get(m)` then holds what it loads."""
-        peer = next((q for q in range(self.M) if self.up[q] and q != m), None)
-        if peer is None:
+        peer = self.rules.peer(m)
+        if peer == m:  # no peer up
             self._back(m, m, None, now)
         else:
             self.peer_of[m] = peer
@@ -214,10 +194,10 @@ class SyncerRuntime:
             when, kind, _, p, sync = heapq.heappop(self.timers)
             t = self._now(when)
             if kind == ASK:
-                self._act(self.state.ask(p, t), t)
                 self.log.append((t, "ask", -1, p))
+                self.rules.ask(p, t)
             else:
-                self._act(self.state.deadline(p, sync, t), t)
+                self.rules.deadline(p, sync, t)
 
     def next_merge(self) -> Merge | None:
         return self.merges.pop(0) if self.merges else None
@@ -245,31 +225,18 @@ class SyncerRuntime:
         t = self.clock if job.flush else self._now(now)  # the flush: at the end's time
         self.log.append((t, "merge", -1, p))
         if job.flush:
-            self.rec.send(p, list(job.weights), t, flush=True)
-            self.rec.close(p, job.weights, t, flush=True)
+            self.rules.flushed(p, job.weights, t)
             return
-        self.rec.close(p, job.weights, t, receivers=job.receivers, wait_s=job.wait_s)
-        for m in range(self.M):
-            if self.up[m]:
-                pos = self.ask_pos[m][p]
-                pos = pos if pos is not None else self.rec.position(m) + 1
-                self.due[m][p] = min(self.due[m].get(p, math.inf), pos + self.tau)
-                self.fresh[m].add(p)
-            self.ask_pos[m][p] = None
-        self._act(self.state.published(p, t), t)
+        for m in self.rules.published(p, job.weights, t, receivers=job.receivers,
+                                      wait_s=job.wait_s):
+            self.fresh[m].add(p)
 
     def flushes(self) -> list:
         """At the end (the learners stopped, every merge published): the fragments to flush and
         the learners whose Δ each takes (`Merge` jobs without payloads yet). The time of the
         end is the budget's, or the last publish after it (as on the simulated clock)."""
-        t = self.clock
-        jobs = []
-        for f in self.state.end(t):
-            who = {m: token_weight(self.rec.since[m][f.p] * self.tokens, self.rec.since[m][f.p])
-                   for m in f.learners if self.rec.since[m][f.p] >= 1}
-            if who:
-                jobs.append(Merge(f.p, who, 0, 0.0, {}, flush=True))
-        return jobs
+        return [Merge(p, who, 0, 0.0, {}, flush=True)
+                for p, who in self.rules.flushes(self.clock)]
 
     def result(self) -> dict:
         """The last row, the rows' stats and parameters, the losses and the recorded plan."""
@@ -286,32 +253,24 @@ class SyncerRuntime:
                     merging=bool(self.merges))
 
     # ---- helpers --------------------------------------------------------------------------------
-    def _act(self, actions: list, t: float) -> None:
-        for a in actions:
-            match a:
-                case AskAt(p, when):
-                    heapq.heappush(self.timers, (when, ASK, next(self.seq), p, -1))
-                case Ask(p, sync, learners):
-                    for m in learners:
-                        self.asked[m][p] = sync
-                case SetDeadline(p, sync, when):
-                    heapq.heappush(self.timers, (when, DEADLINE, next(self.seq), p, sync))
-                case Close(p, _, weights, dropped, receivers, wait_s):
-                    for m in range(self.M):
-                        self.asked[m].pop(p, None)
-                    for m in dropped:
-                        self.rec.drop(p, m)
-                    payloads = {m: self.payloads[p][m] for m in weights}
-                    self.merges.append(Merge(p, weights, receivers, wait_s, payloads))
-                    self.log.append((t, "close", -1, p))
+    def _on_action(self, a, t: float) -> None:
+        """The syncer's timers go on `timers`; a close queues its merge."""
+        match a:
+            case AskAt(p, when):
+                heapq.heappush(self.timers, (when, ASK, next(self.seq), p, -1))
+            case SetDeadline(p, sync, when):
+                heapq.heappush(self.timers, (when, DEADLINE, next(self.seq), p, sync))
+            case Close(p, _, weights, _, receivers, wait_s):
+                payloads = {m: self.payloads[p][m] for m in weights}
+                self.merges.append(Merge(p, weights, receivers, wait_s, payloads))
+                self.log.append((t, "close", -1, p))
 
     def _back(self, m: int, peer: int, inner_state, now: float) -> None:
         t = self._now(now)
-        self.up[m] = True
-        self.rec.reload(m, peer, t)
-        self.rejoined[m] = ([np.asarray(x) for x in self.global_], inner_state, self.k[m], t)
+        self.rules.back(m, peer, t)  # asked again by the open syncs it had not answered
+        self.rejoined[m] = ([np.asarray(x) for x in self.global_], inner_state,
+                            self.rules.k[m], t)
         self.log.append((t, "rejoin", m, -1))
-        self._act(self.state.back(m, t), t)  # asked again by the open syncs it had not answered
 
     def _eval(self, progress: float, t: float, **kw) -> None:
         self.rec.eval(progress, t, **kw)

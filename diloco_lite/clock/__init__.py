@@ -19,7 +19,8 @@ without decoding) `gather_factor(M)` = M−1 payloads per worker and M−1 hops;
 
 The rest of the package turns a config into a *plan* on this clock (`schedule`: the one
 schedule of sends and arrivals; `lockstep`: DDP, DiLoCo, Streaming; `syncer`: Decoupled, whose
-decisions are the state machine of `syncer_state`, which a real runtime can drive too).
+decisions are the state machine of `syncer_state` and the learners' side `learner_rules`,
+which a real runtime drives too).
 """
 
 from __future__ import annotations

@@ -50,11 +50,11 @@ The rules:
 6. at the end, every fragment not in flight is flushed from the up learners that hold its
    newest version (the driver leaves out those with no step since).
 
-The learners' rules are not here: the driver (or a real learner) answers an `Ask` at the
-learner's next step boundary, but not while its previous answer of p was merged and the result
-not applied yet (it would send merged steps again); it applies the newest published fragment
-τ of its own steps after the ask, never waiting, and reports `applied`. A runtime that cannot
-see an answer leave may call `sent` and `arrived` together when it arrives.
+The learners' rules are not here but in `learner_rules.LearnerRules`, which both drivers call
+(a learner answers an `Ask` at its next step boundary, but not while its previous answer of p
+was merged and the result not applied yet; it applies the newest published fragment τ of its
+own steps after the ask, never waiting, and reports `applied`). A runtime that cannot see an
+answer leave may call `sent` and `arrived` together when it arrives.
 """
 
 from __future__ import annotations
