@@ -14,6 +14,7 @@ import diloco_lite as dl
 from diloco_lite.algorithms import make_driver
 from diloco_lite.clock import Cluster, FailureRate
 from diloco_lite.clock.plan import Block, Event, make_plan
+from diloco_lite.clock.recorder import FRESH
 from diloco_lite.training import setup
 from tests.helpers import final_stats as final
 from tests.helpers import plan_events as events
@@ -106,6 +107,17 @@ def test_a_learner_that_fails_between_a_close_and_its_publish_answers_again(down
     assert [c.time_s for c in events(pl, "close")][:2] == [8.0, 16.0]
     assert final(pl)["outer_steps"] == 5
     assert [s.time_s for s in sends_of(pl, 1)][:2] == [4.0, 12.0]
+
+
+def test_a_learner_back_with_no_peer_up_starts_a_fresh_optimizer_state():
+    """K = 1, M = 2: learner 0 down for good at 2.5 s, learner 1 down from 3.5 s to 6 s. At 6 s
+    no learner is up to hand it an inner optimizer state, and its own was lost with it: the
+    plan says FRESH (-1), not its own index, and the reload waits for no peer's position."""
+    assert FRESH == -1
+    pl = plan(Cluster(failures=((0, 2.5, math.inf), (1, 3.5, 6.0))), workers=2, steps=8)
+    (reload,) = events(pl, "reload")
+    assert reload.time_s == 6.0 and reload.mask.tolist() == [False, True]
+    assert reload.peer.tolist() == [0, -1] and reload.at == {1: 3}  # 3 steps before 3.5 s
 
 
 def test_a_learner_that_never_comes_back_is_fine():
@@ -206,6 +218,18 @@ def test_reload_takes_theta_and_a_peers_inner_state_and_masked_steps_keep_state(
         np.testing.assert_array_equal(a, b)  # its next Δ is measured from what it loaded
     for a, b in zip(get(state["inner"], 2), get(state["inner"], 0), strict=True):
         np.testing.assert_array_equal(a, b)  # learner 0's AdamW state, step count included
+    # learner 1 back with no peer up (FRESH): AdamW's initial state, all zeros (moments and
+    # step count), not its own (lost) one, nor another learner's
+    assert any(np.any(a != 0) for a in get(state["inner"], 1))
+    alone = Event("reload", 0.0, mask=np.array([False, True, False, False]),
+                  peer=np.array([0, FRESH, 2, 3]))
+    state, _, _ = driver.run(state, Block(np.zeros(4, int), np.zeros(4, int), [alone]),
+                             batches[:, :0], mask[:, :0])
+    assert all(np.all(a == 0) for a in get(state["inner"], 1))
+    for a, b in zip(get(state["local"], 1), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(a, b)  # Θ, as any returning learner
+    for a, b in zip(get(state["inner"], 0), get(state["inner"], 2), strict=True):
+        np.testing.assert_array_equal(a, b)  # the others' states untouched
 
 
 def test_a_chaotic_run_finishes_with_finite_numbers():

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..algorithms.learners import LearnersDriver, merge_step
 from ..clock import Timeline
-from ..clock.learner_rules import LearnerRules
+from ..clock.learner_rules import FRESH, LearnerRules
 from ..clock.recorder import Recorder
 from ..clock.schedule import Schedule
 from ..clock.syncer import ASK, BOUNDARY, DEADLINE, FAIL, RESPONSE  # the order at equal times
@@ -175,8 +175,8 @@ class SyncerRuntime:
         uploads its inner optimizer state (`peer_state`); with no peer up, at once, with a fresh
         one. `rejoined.get(m)` then holds what it loads."""
         peer = self.rules.peer(m)
-        if peer == m:  # no peer up
-            self._back(m, m, None, now)
+        if peer == FRESH:  # no peer up: a fresh inner optimizer state (its own was lost)
+            self._back(m, FRESH, None, now)
         else:
             self.peer_of[m] = peer
 

@@ -28,7 +28,8 @@ Compiled pieces (one inner step, one wire format, one outer update for every met
   The driver waits for each close before it dispatches the next program: nothing is queued
   behind a collective that waits for its participants (`devices`).
 - `arrive`: the learners in the mask take the fragment: θ ← α·θ + (1−α)·Θ, base ← Θ.
-- `reload`: returning learners take Θ and a healthy peer's inner optimizer state.
+- `reload`: returning learners take Θ and a healthy peer's inner optimizer state (with no
+  peer up, `FRESH`: the inner optimizer's initial state from Θ, as a new process starts).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..clock.recorder import FRESH
 from ..config import DecoupledDiLoCo, DiLoCo
 from ..devices import AXIS, fetch
 from ..outer import (
@@ -204,6 +206,7 @@ class LearnersDriver:
         self.rejoin_nbytes = 4 * sum(self.sizes) + state_bytes  # Θ (fp32) + a peer's state
         self.up, self.down = up, down
         self.outer_optimizer = resolve_outer_optimizer(algo)
+        self.inner_init = jax.jit(optimizer.init)
         self.inner = inner_fn(model, mesh, optimizer, donate)
         self.send = send_fn(mesh, up)
         self.close = close_fn(mesh, self.outer_optimizer, up, down)
@@ -214,7 +217,7 @@ class LearnersDriver:
         put, m = self.mesh.put, self.mesh.workers
         stack = lambda x: np.broadcast_to(np.asarray(x), (m,) + np.shape(x))  # noqa: E731
         frags = [take_leaves(params, f) for f in self.frags]
-        inner = jax.jit(self.optimizer.init)(params)
+        inner = self.inner_init(params)
         outer = jax.jit(lambda fs: [self.outer_optimizer.init(f) for f in fs])(frags)
         sent = jax.eval_shape(lambda fs: [[self.up.encode(x) for x in f] for f in fs], frags)
         zeros = lambda s: np.zeros((m,) + s.shape, s.dtype)  # noqa: E731
@@ -269,14 +272,19 @@ class LearnersDriver:
                 state["local"], state["base"] = _reload(state["local"], state["base"],
                                                         state["global"], self._on(ev.mask))
                 # a peer's inner state crosses devices: copied through the host (rare event)
-                state["inner"] = self._from_peers(state["inner"], ev)
+                state["inner"] = self._from_peers(state["inner"], state["global"], ev)
         return state, losses, diags
 
-    def _from_peers(self, inner, ev):
-        """Each reloading learner's inner state from its peer's: across devices, so through the
-        host (a rare event)."""
+    def _from_peers(self, inner, global_params, ev):
+        """Each reloading learner's inner state from its peer's, or (`FRESH`: no peer was up)
+        the initial state from Θ: across devices, so through the host (a rare event)."""
         source = np.where(ev.mask, ev.peer, np.arange(ev.mask.size))
-        host = jax.tree.map(lambda x: np.asarray(x)[source], fetch(inner))
+        host = jax.tree.map(lambda x: np.asarray(x)[np.maximum(source, 0)], fetch(inner))
+        fresh = source == FRESH
+        if fresh.any():
+            init = jax.device_get(self.inner_init(fetch(global_params)))
+            host = jax.tree.map(lambda x, f: np.where(
+                fresh.reshape((-1,) + (1,) * np.ndim(f)), np.asarray(f)[None], x), host, init)
         return self.mesh.put(host, AXIS)
 
     def _on(self, mask_M: np.ndarray):

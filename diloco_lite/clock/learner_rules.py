@@ -22,7 +22,8 @@ The rules (ALGORITHMS.md §4):
    waits for it: `published` sets when, `apply` (at a step boundary) takes what is due;
 3. a failed learner forgets what it was asked and was to apply, and loses its unsynced work
    (`failed`). Back (`back`), it loads every newest Θ_p and the inner optimizer state of a
-   healthy peer, the first learner up (`peer`);
+   healthy peer, the first learner up (`peer`); with no learner up, a fresh inner optimizer
+   state (`FRESH`: its own was lost with it);
 4. the end-of-run flush (`flushes`) takes, of the learners the syncer names, those with a step
    since their base, each weighted by `token_weight` of its tokens since then.
 """
@@ -32,10 +33,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from .recorder import Recorder
+from .recorder import FRESH, Recorder
 from .syncer_state import Ask, Close, SyncerState, token_weight
 
-__all__ = ["LearnerRules"]
+__all__ = ["FRESH", "LearnerRules"]
 
 
 class LearnerRules:
@@ -138,12 +139,12 @@ class LearnerRules:
 
     def peer(self, m: int) -> int:
         """Whose inner optimizer state learner m loads when it comes back now: the first other
-        learner up (none up: its own)."""
-        return next((q for q in range(self.M) if self.up[q] and q != m), m)
+        learner up, or `FRESH` (none up: a fresh state)."""
+        return next((q for q in range(self.M) if self.up[q] and q != m), FRESH)
 
     def back(self, m: int, peer: int, t: float) -> None:
-        """Learner m is back at t, holding every newest Θ_p and `peer`'s inner optimizer state;
-        the open syncs it had not answered ask it again."""
+        """Learner m is back at t, holding every newest Θ_p and `peer`'s inner optimizer state
+        (`FRESH`: a fresh one); the open syncs it had not answered ask it again."""
         self.rec.reload(m, peer, t)
         self.act(self.syncer.back(m, t), t)
 

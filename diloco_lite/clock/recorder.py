@@ -13,6 +13,7 @@ start at `first[m]`), then the block's `Event`s run in order:
 | `close`  | the syncer merges the sent Δ with `weights` and takes an outer step    | sent Δ, Θ   |
 | `arrive` | the learners in `mask` take the fragment: θ ← α·θ + (1−α)·Θ, base ← Θ  | Θ           |
 | `reload` | returning learners load Θ and a healthy peer's inner optimizer state   | Θ, peer     |
+|          | (`peer` = `FRESH`: none was up, a fresh one from Θ)                    |             |
 | `eval`   | (the training loop) evaluates Θ and writes a history row from `stats`  | Θ           |
 
 An event that touches a learner's state records the learner's position (`at`: steps done);
@@ -52,6 +53,7 @@ import numpy as np
 from . import Timeline
 
 FLUSH_BIN = -1  # the end-of-run flush is booked in the bytes but not in the per-step peak
+FRESH = -1  # a reload's peer when no learner was up: a fresh inner optimizer state
 
 
 @dataclasses.dataclass
@@ -63,6 +65,7 @@ class Event:
     weights: np.ndarray | None = None  # close: merge weight of each learner (0: left out)
     flush: bool = False  # send/close: the end-of-run plain average (no outer momentum)
     peer: np.ndarray | None = None  # reload: whose inner optimizer state each learner copies
+    # (FRESH: none, it starts a fresh one)
     at: dict = dataclasses.field(default_factory=dict)  # learner -> steps done at this event
     stats: dict | None = None  # eval: the history row's counters
 
@@ -195,16 +198,18 @@ class Recorder:
         self._event("arrive", t, p, learners)
 
     def reload(self, m: int, peer: int, t: float) -> None:
-        """Learner m (back from a failure) loads Θ and learner `peer`'s inner state: it holds
-        the newest Θ_p of every fragment, so no answer of its own awaits a result (a close
-        between its failure and the publish may have merged its last answer)."""
+        """Learner m (back from a failure) loads Θ and learner `peer`'s inner state (`FRESH`:
+        a fresh one, no learner being up): it holds the newest Θ_p of every fragment, so no
+        answer of its own awaits a result (a close between its failure and the publish may
+        have merged its last answer)."""
         self.since[m] = [0] * self.P
         self.merged[m] = [False] * self.P
         self.c["down"] += self.rejoin_nbytes
         ev = self._event("reload", t, -1, [m])
         ev.peer = np.arange(self.M)
         ev.peer[m] = peer
-        ev.at[peer] = self.position(peer)
+        if peer != FRESH:
+            ev.at[peer] = self.position(peer)
 
     def eval(self, progress: float, t: float, *, last: bool = False,
              complete: bool = True) -> None:
