@@ -3,7 +3,8 @@
 - `learner`: one learner's program (its state on its own device; the shared inner step, wire
   format and mix);
 - `syncer`: the syncer on the wall clock, driving the same `clock.syncer_state.SyncerState`
-  as the simulated clock, booking with the same `Recorder`;
+  and `clock.learner_rules.LearnerRules` as the simulated clock, booking with the same
+  `Recorder`; `theta`: its numbers (Θ, the outer states, the merges);
 - `runtime`: the Ray actors, real kills and restarts, `train_actors(config)`.
 
 Importing this package imports neither Ray nor JAX's backend; `train_actors` needs Ray (the

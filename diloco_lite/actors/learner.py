@@ -30,6 +30,9 @@ class LearnerProgram:
         self.driver = LearnersDriver(config, model, mesh, optimizer, params, donate=False)
         self.state = self.driver.init(params)
         self._before = None
+        # a new program (a new process: maybe a restart after a failure) holds no learner's
+        # state until it begins the run (`begin`) or reloads (`reload`)
+        self.holds_state = False
         self._on = self.driver.mesh.put(np.ones(1, bool), "workers")
 
     def warm_up(self) -> None:
@@ -44,6 +47,10 @@ class LearnerProgram:
             jax.block_until_ready(arrive(take_leaves(self.state["local"], idx),
                                          take_leaves(self.state["base"], idx), theta, self._on,
                                          float(self.driver.alpha)))
+
+    def begin(self) -> None:
+        """The run begins: its state is the learner's (the initial parameters)."""
+        self.holds_state = True
 
     # ---- what a step boundary asks of it -------------------------------------------------------
     def step(self, k: int) -> float:
@@ -61,6 +68,15 @@ class LearnerProgram:
     def answer(self, p: int) -> np.ndarray:
         """Δ = base − θ of fragment p through the wire format, as the bytes that travel."""
         return host_bytes(self._send(p))
+
+    def flush_answer(self, p: int) -> np.ndarray:
+        """`answer` for the end-of-run flush, refused by a program that holds no learner's
+        state (a restarted process that has not rejoined: its Δ would be of the initial
+        parameters)."""
+        if not self.holds_state:
+            raise RuntimeError(f"learner {self.m}: a restarted process that has not rejoined "
+                               "holds no Δ")
+        return self.answer(p)
 
     def apply(self, p: int, theta_p: list) -> None:
         """Take the published fragment p: θ ← α·θ + (1−α)·Θ_p, base ← Θ_p."""
@@ -91,6 +107,7 @@ class LearnerProgram:
             inner_state = jax.device_get(jax.jit(self.optimizer.init)(theta))
         self.state["inner"] = put(jax.tree.map(lambda x: np.asarray(x)[None], inner_state),
                                   "workers")
+        self.holds_state = True
 
     # ---- helpers --------------------------------------------------------------------------------
     def _send(self, p: int):
@@ -107,7 +124,6 @@ class LearnerProgram:
                                  batch_size=c.batch_size, seq_len=c.seq_len, split=c.split,
                                  rows=[self.m])
         return self.driver.mesh.put((rows[:, None], np.full((1, 1), on)), "workers")
-
 
 
 def host_bytes(payload) -> np.ndarray:

@@ -16,7 +16,8 @@ see the same speeds; what the simulated clock does not know is what reality adds
   delay (`detect_s`), and the new process is ready after a restart (`restart_s`: Python, JAX,
   the model, its compiled programs from the disk cache), not before the window's end. The
   simulated clock knew neither: it is run a second time with the failure windows that really
-  happened (from the kill to the rejoin), the measured reason folded back into the model.
+  happened (from the logged kill to the rejoin: `real_windows`), the measured reason folded
+  back into the model.
 
 Per scenario: the run's seconds (its last row), its goodput, and the time to reach lock-step
 DiLoCo's final held-out loss (the same tokens, on the simulated clock; where a run never gets
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 
 import numpy as np
@@ -80,29 +82,23 @@ def time_to(history: pd.DataFrame, loss: float) -> float:
     return float(t[i - 1] + (t[i] - t[i - 1]) * (v[i - 1] - loss) / (v[i - 1] - v[i]))
 
 
-def real_windows(result, cluster: Cluster) -> tuple:
-    """The failure windows that happened on actors: (learner, kill time, rejoin time, the time
-    the syncer learned of it) — the kill at the window's start, the rest from the syncer's log
-    (rejoin math.inf if it never came back)."""
-    from ..clock import Timeline
-
-    timeline = Timeline(cluster, result.config.workers)
-    fails = [(t, m) for t, kind, m, _ in result.log if kind == "fail"]
-    rejoins = [(t, m) for t, kind, m, _ in result.log if kind == "rejoin"]
-    out, used = [], [0] * result.config.workers
-    for t_fail, m in fails:
-        w = timeline.window(m, used[m])
-        used[m] += 1
-        back = next((t for t, q in rejoins if q == m and t > t_fail), float("inf"))
-        out.append((m, w[0] if w is not None else t_fail, back, t_fail))
-    # a kill while it was still restarting: one window, from the first kill to the rejoin
-    merged = []
-    for m, kill, back, seen in sorted(out):
-        if merged and merged[-1][0] == m and kill < merged[-1][2]:
-            merged[-1] = (m, merged[-1][1], max(back, merged[-1][2]), merged[-1][3])
-        else:
-            merged.append((m, kill, back, seen))
-    return tuple(merged)
+def real_windows(result) -> tuple:
+    """The failure windows that happened on actors, from the run's log: (learner, kill time,
+    rejoin time, the time the syncer learned of the death). Each logged `kill` opens a window
+    that the learner's next `rejoin` closes (math.inf if it never came back); a kill while the
+    learner was still down (its new process starting, or waiting to rejoin) extends the window
+    it fell in: the learner really was down from the first kill to the rejoin."""
+    log = sorted(result.log, key=lambda e: e[0])
+    of = lambda kind: [(t, m) for t, k, m, _ in log if k == kind]  # noqa: E731
+    fails, rejoins = of("fail"), of("rejoin")
+    out = []
+    for kill, m in sorted(of("kill"), key=lambda e: (e[1], e[0])):
+        back = next((t for t, q in rejoins if q == m and t > kill), math.inf)
+        if out and out[-1][0] == m and kill <= out[-1][2]:  # still down: one window
+            continue
+        seen = next((t for t, q in fails if q == m and kill <= t <= back), math.nan)
+        out.append((m, kill, back, seen))
+    return tuple(out)
 
 
 def measure(learners: int = 4, steps: int = 240, inner_steps: int = 20,
@@ -131,11 +127,11 @@ def measure(learners: int = 4, steps: int = 240, inner_steps: int = 20,
             row[f"{clock}_val_loss"] = float(r.final.val_loss)
             row[f"{clock}_failures"] = int(r.final.failures)
         if name == "failures":
-            windows = real_windows(real, config.cluster)
-            row["detect_s"] = float(np.mean([d - k for _, k, _, d in windows])) if windows \
-                else np.nan
-            row["restart_s"] = float(np.mean([b - d for _, _, b, d in windows
-                                              if np.isfinite(b)])) if windows else np.nan
+            windows = real_windows(real)
+            detect = [d - k for _, k, _, d in windows if np.isfinite(d)]
+            restart = [b - d for _, _, b, d in windows if np.isfinite(b) and np.isfinite(d)]
+            row["detect_s"] = float(np.mean(detect)) if detect else np.nan
+            row["restart_s"] = float(np.mean(restart)) if restart else np.nan
             folded = dataclasses.replace(config, cluster=dataclasses.replace(
                 config.cluster, failures=tuple((m, k, b) for m, k, b, _ in windows)))
             again = train(folded, progress=progress)

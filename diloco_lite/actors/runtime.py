@@ -10,12 +10,16 @@
 - The syncer is an actor holding Θ, the outer optimizer states and `SyncerRuntime`, with two
   threads of its own: the timers (asks, grace deadlines) and the merges. Answers travel as the
   wire format's bytes through Ray's object store.
-- Failures are real: at the start of each of the `Cluster`'s failure windows, the learner's
-  process gets SIGKILL. Ray restarts the actor (a new process: JAX, the model, the compiled
-  programs from the on-disk cache); the driver tells the syncer when the death is detected,
-  and the new process waits out the window, then reloads Θ and a healthy peer's inner optimizer
-  state at that peer's next step boundary. A learner killed by anything else is handled the
-  same way. If the syncer dies, the run stops with a message: Θ lived there (no checkpoint).
+- Failures are real: at the start of each of the `Cluster`'s failure windows, the driver
+  kills the learner through Ray (`ray.kill`: its process, on whichever node it runs, also while
+  it is still starting after an earlier kill), and logs the kill. Ray restarts the actor (a new
+  process: JAX, the model, the compiled programs from the on-disk cache); the driver tells the
+  syncer when the death is detected, and the new process waits out the newest window, then
+  reloads Θ and a healthy peer's inner optimizer state at that peer's next step boundary (none
+  up: a fresh one). A learner killed by anything else is handled the same way. If the syncer
+  dies, the run stops with a message: Θ lived there (no checkpoint).
+- At the end a learner waits until the syncer has every answer it sent, so that the flush is
+  planned after the last of them (`actors.syncer`: none is taken after).
 - The run writes the history columns of `train` (`sim_time_s` holds the real seconds since the
   start), and `RunResult.plan` holds what really happened as a plan, which
   `training.train(config, plan=result.plan)` replays on the emulated mesh.
@@ -30,7 +34,6 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import os
-import signal
 import threading
 import time
 import warnings
@@ -72,10 +75,9 @@ def _actor_classes():
             self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
             self.program = LearnerProgram(config, m, params)
             self.program.warm_up()
-            self.holds_state = False  # a restarted process holds nothing until it rejoins
 
-        def pid(self):
-            return os.getpid()
+        def ready(self):
+            return True
 
         def _fetch(self, p, ref):
             """Θ_p of a published fragment: fetched in the background since it was announced
@@ -85,7 +87,7 @@ def _actor_classes():
 
         def run(self, syncer, t0, back_at=None):
             prog, m = self.program, self.m
-            self.fetching = {}
+            self.fetching, sent = {}, []
             k, T = 0, 0.0
             if back_at is not None:  # a new process after a failure: wait out the window
                 time.sleep(max(0.0, t0 + back_at - time.time()))
@@ -94,7 +96,8 @@ def _actor_classes():
                     return "ended"
                 leaves, inner, k, T = got
                 prog.reload(leaves, inner)
-            self.holds_state = True
+            else:
+                prog.begin()
             while True:
                 loss = prog.step(k)
                 T = max(T + self.timeline.duration(m, k), time.time() - t0)
@@ -102,9 +105,11 @@ def _actor_classes():
                 reply = ray.get(syncer.boundary.remote(m, T, loss))
                 if reply.stop:
                     prog.undo()
+                    ray.get(sent)  # every answer it sent has reached the syncer
                     return "done"
+                sent = ray.wait(sent, num_returns=len(sent), timeout=0)[1] if sent else []
                 for p, sync in reply.answer:
-                    syncer.answered.remote(m, p, sync, prog.answer(p), T)
+                    sent.append(syncer.answered.remote(m, p, sync, prog.answer(p), T))
                 for p, ref in reply.fetch:  # the newest version of p replaces an older one
                     self.fetching[p] = (ref, self.pool.submit(ray.get, ref))
                 for p, ref in reply.apply:
@@ -114,9 +119,7 @@ def _actor_classes():
                 k += 1
 
         def flush_payload(self, p):
-            if not self.holds_state:
-                raise RuntimeError("a restarted learner that has not rejoined holds no Δ")
-            return self.program.answer(p)
+            return self.program.flush_answer(p)  # refused by a process that holds no state
 
     @ray.remote(max_concurrency=64)
     class Syncer:
@@ -126,7 +129,7 @@ def _actor_classes():
 
             self.rt, self.lock = SyncerRuntime(config, params, hold_s), threading.Lock()
             self.refs = {}  # fragment -> its newest Θ_p in the object store (what learners take)
-            self.t0, self.idle, self.error = None, threading.Event(), None
+            self.t0, self.error = None, None
 
         def start(self, t0):
             self.t0 = t0
@@ -143,7 +146,6 @@ def _actor_classes():
                     with self.lock:
                         self.rt.advance(self._now() - self.rt.hold)
                         job = self.rt.next_merge()
-                        self.idle.clear() if job else self.idle.set()
                     if job is None:
                         time.sleep(0.002)
                         continue
@@ -154,7 +156,6 @@ def _actor_classes():
                         self.refs[job.p] = ref
             except Exception as e:  # noqa: BLE001 - reported by status()
                 self.error = repr(e)
-                self.idle.set()
 
         def boundary(self, m, T, loss):
             with self.lock:
@@ -173,17 +174,18 @@ def _actor_classes():
             with self.lock:
                 self.rt.failed(m, self._now())
 
+        def killed(self, m):
+            with self.lock:
+                self.rt.killed(m, self._now())
+
         def rejoin(self, m):
             with self.lock:
-                self.rt.rejoined.pop(m, None)
-                self.rt.rejoin(m, self._now())
-            while True:
+                ticket = self.rt.rejoin(m, self._now())
+            while True:  # until its peer uploads; a later failure of m voids the ticket
                 with self.lock:
-                    if m in self.rt.rejoined:
-                        return self.rt.rejoined.pop(m)
-                    if self.rt.ending is not None:
-                        self.rt.peer_of.pop(m, None)
-                        return None
+                    state, got = self.rt.take_rejoin(m, ticket)
+                if state != "wait":
+                    return got
                 time.sleep(0.002)
 
         def peer_state(self, q, inner_state):
@@ -198,10 +200,20 @@ def _actor_classes():
             with self.lock:
                 self.rt.ending = self.rt.clock
 
+        def _when_idle(self, what):
+            """`what()` under the lock once no merge is queued or being computed."""
+            while True:
+                with self.lock:
+                    if self.error:
+                        raise RuntimeError(f"the syncer failed: {self.error}")
+                    if not self.rt.busy:
+                        out = what()
+                        if out is not None:
+                            return out
+                time.sleep(0.002)
+
         def flushes(self):
-            self.idle.wait()
-            with self.lock:
-                return self.rt.flushes()
+            return self._when_idle(self.rt.flushes)
 
         def flush(self, job):
             result = self.rt.merge(job)
@@ -209,8 +221,7 @@ def _actor_classes():
                 self.rt.publish(job, result, self._now())
 
         def result(self):
-            with self.lock:
-                return self.rt.result()
+            return self._when_idle(self.rt.result)
 
     return Learner, Syncer
 
@@ -260,11 +271,11 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
             config, shared, hold_s, cache_dir)
         learners = [Learner.options(**opts, **where(m + 1)).remote(config, m, shared, cache_dir)
                     for m in range(config.workers)]
-        pids = ray.get([a.pid.remote() for a in learners] + [syncer.status.remote()])[:-1]
+        ray.get([a.ready.remote() for a in learners] + [syncer.status.remote()])  # all built
         t0 = time.time() + start_in_s
         ray.get(syncer.start.remote(t0))
         start = meter() if meter is not None else None
-        out = _drive(ray, config, syncer, learners, pids, t0, progress, stall_s)
+        out = _drive(ray, config, syncer, learners, t0, progress, stall_s)
         if meter is not None:
             out["wire"] = [{k: b[k] - a[k] for k in b} for a, b in zip(start, meter(),
                                                                         strict=True)]
@@ -290,9 +301,10 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
                        wire=out.get("wire"))
 
 
-def _drive(ray, config, syncer, learners, pids, t0, progress, stall_s) -> dict:
+def _drive(ray, config, syncer, learners, t0, progress, stall_s) -> dict:
     """Watch the learners until the budget is spent: kill them at the `Cluster`'s failure
-    windows, tell the syncer of deaths, restart them; then flush and collect the result."""
+    windows, tell the syncer of kills and deaths, restart them (each new process waits out the
+    newest window); then flush and collect the result."""
     from ..clock import Timeline
     from ..training import _progress
 
@@ -313,7 +325,7 @@ def _drive(ray, config, syncer, learners, pids, t0, progress, stall_s) -> dict:
                     ray.get(ref)
                 except ray.exceptions.RayActorError:  # its process died (or the syncer did)
                     _status(ray, syncer)  # the syncer's death ends the run, with its message
-                    ray.get(syncer.failed.remote(m))  # (again, if it never came back: no-op)
+                    ray.get(syncer.failed.remote(m))  # (down already: voids its rejoin only)
                     if st["ending"] is None and np.isfinite(back_at[m] or 0.0):
                         running[learners[m].run.remote(syncer, t0, back_at[m] or 0.0)] = m
                 except ray.exceptions.RayTaskError as e:
@@ -325,10 +337,11 @@ def _drive(ray, config, syncer, learners, pids, t0, progress, stall_s) -> dict:
                 if w is not None and now >= w[0] and st["ending"] is None:
                     window[m] += 1
                     back_at[m] = w[1]
-                    if np.isfinite(w[1]):
-                        _kill(ray, learners[m], pids, m)
-                    else:  # down for good: no restart
-                        ray.kill(learners[m], no_restart=True)
+                    # through Ray: its process wherever it runs, even one still starting (a
+                    # restart after an earlier kill), whose new process then waits out w[1]
+                    ray.kill(learners[m], no_restart=not np.isfinite(w[1]))
+                    ray.get(syncer.killed.remote(m))
+                    if not np.isfinite(w[1]):  # down for good: no restart
                         gone.add(m)
             if len(gone) == M and st["ending"] is None:  # every learner down for good
                 ray.get(syncer.end_now.remote())
@@ -359,18 +372,6 @@ def _drive(ray, config, syncer, learners, pids, t0, progress, stall_s) -> dict:
     for job in jobs:
         ray.get(syncer.flush.remote(job))
     return ray.get(syncer.result.remote())
-
-
-def _kill(ray, actor, pids, m) -> None:
-    """SIGKILL learner m's process (its current one: a restarted actor has a new pid)."""
-    try:
-        pids[m] = ray.get(actor.pid.remote(), timeout=2.0)
-    except Exception:  # noqa: BLE001 - restarting right now: it is down already
-        return
-    try:
-        os.kill(pids[m], signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _status(ray, syncer) -> dict:

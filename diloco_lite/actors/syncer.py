@@ -11,13 +11,24 @@ A learner's step boundary is one short call (`boundary`): it reports its step (a
 stamped with its own clock (its step times padded to `Cluster.step_time_s`), and the reply says
 what to do now: answer these asks (Δ through the wire format, sent back by `answered`), apply
 these published fragments, upload its inner optimizer state for a returning peer, or stop. The
-syncer's own timers (the asks of the schedule, the grace deadlines) fire `hold_s` after their
-time, so that a learner's report stamped earlier and still on its way is handled first: at
-equal times the order is the simulated clock's (an ask reaches a learner that finishes a step
-at that very time). A merge is computed off the lock (`next_merge`/`merge`/`publish`): learners
-keep calling in meanwhile. On loopback a published fragment is picked up by each learner at its
-next boundary: publishing is the end of the merge.
+syncer's own events (the asks of the schedule, the grace deadlines, and the answers, each
+stamped with the time it reached the syncer) are handled in order of time `hold_s` after it,
+so that a learner's report stamped earlier and still on its way is handled first: at equal
+times the order is the simulated clock's (an ask reaches a learner that finishes a step at that
+very time; an answer that arrives after a grace deadline is too late, whichever thread sees it
+first). A merge is computed off the lock (`next_merge`/`merge`/`publish`): learners keep
+calling in meanwhile. On loopback a published fragment is picked up by each learner at its next
+boundary: publishing is the end of the merge.
 
+The end: once the budget is spent, the learners stop; an answer sent by then counts as arrived
+at the end (on loopback's free link it arrived when sent), one sent later is left out.
+`flushes()` runs what was due by the end and plans the flush once no merge is left to compute
+or publish (else it returns None: call it again); from then on no answer is taken, so no merge
+can start beside the flush. A returning learner's `rejoin` gives a ticket, which a later
+failure or rejoin of the same learner voids (`take_rejoin`): a process that died while waiting
+never takes what is meant for the next one.
+
+Θ, the outer optimizer's states and the merges' numbers are `actors.theta.SyncerParams`'s.
 Everything the syncer records also makes a `Plan` (`result()["plan"]`): the real run's events,
 which the lock-step replay (`training.train(config, plan=...)`) turns into the same parameters.
 Nothing here imports Ray; `actors.runtime` calls these methods from Ray's threads, under a lock.
@@ -26,25 +37,19 @@ Nothing here imports Ray; `actors.runtime` calls these methods from Ray's thread
 from __future__ import annotations
 
 import dataclasses
-import functools
 import heapq
 import itertools
-import math
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ..algorithms.learners import LearnersDriver, merge_step
 from ..clock import Timeline
 from ..clock.learner_rules import FRESH, LearnerRules
 from ..clock.recorder import Recorder
 from ..clock.schedule import Schedule
-from ..clock.syncer import ASK, BOUNDARY, DEADLINE, FAIL, RESPONSE  # the order at equal times
+from ..clock.syncer import ASK, BOUNDARY, DEADLINE, END, FAIL, RESPONSE  # at equal times
 from ..clock.syncer_state import AskAt, Close, SetDeadline, SyncerState
-from ..outer import take_leaves
-from ..training import eval_points, setup
-from ..wire import from_bytes
+from ..training import eval_points
+from .theta import SyncerParams
 
 
 @dataclasses.dataclass
@@ -67,6 +72,7 @@ class Merge:
     wait_s: float
     payloads: dict  # learner -> bytes
     flush: bool = False
+    closed_at: float = 0.0  # the close's time (the flush: 0)
 
 
 class SyncerRuntime:
@@ -75,10 +81,8 @@ class SyncerRuntime:
 
     def __init__(self, config, params=None, hold_s: float = 0.01):
         algo = config.algorithm
-        _, model, mesh, optimizer = setup(config, workers=1)
-        params = params if params is not None else model.init(config.seed)
-        d = LearnersDriver(config, model, mesh, optimizer, params)
-        self.frags, self.mean_leaves, self.rda = d.frags, d.mean_leaves, d.rda
+        self.theta = theta = SyncerParams(config, params)  # Θ, the outer states, the merges
+        d = theta.driver
         self.M, self.P, self.steps, self.hold = config.workers, len(d.frags), config.steps, hold_s
         tokens = config.batch_size * config.seq_len
         self.timeline = Timeline(config.cluster, self.M)
@@ -88,29 +92,19 @@ class SyncerRuntime:
         self.state = SyncerState(algo, self.M, self.timeline.t_ref)  # loopback: a free link
         self.rules = LearnerRules(self.state, self.rec, tau=Schedule.of(algo).overlap,
                                   tokens_per_step=tokens, on_action=self._on_action)
-        self.treedef = jax.tree.structure(params)
-        self.global_ = [jnp.asarray(x) for x in jax.tree.leaves(params)]
-        frags = [take_leaves(self.global_, f) for f in self.frags]
-        self.outer = [d.outer_optimizer.init(f) for f in frags]
-        self.like = [jax.tree.map(lambda s: jax.ShapeDtypeStruct((1,) + s.shape, s.dtype),
-                                  jax.eval_shape(lambda f: [d.up.encode(x) for x in f], f))
-                     for f in frags]
-        self._merge = jax.jit(functools.partial(merge_step, d.outer_optimizer, d.up, d.down),
-                              static_argnames=("mean_leaves", "rda", "flush"))
         M, P = self.M, self.P
         self.fresh = [set() for _ in range(M)]  # fragments published since m's last boundary
         self.payloads = [{} for _ in range(P)]  # fragment -> learner -> its last answer
         self.timers, self.seq, self.clock = [], itertools.count(), 0.0
         self.merges: list[Merge] = []  # closed, to compute
+        self.merging = 0  # merges handed out (`next_merge`), not published yet
+        self.flushing = False  # the flush is planned: no answer is taken any more
         self.evals = sorted(e for e in eval_points(config) if e < config.steps)
         self.rows, self.diags, self.losses, self.log = [], [], [], []
         self.peer_of: dict = {}  # returning learner -> the peer asked for its inner state
         self.rejoined: dict = {}  # returning learner -> (Θ leaves, inner state, k, t)
+        self.tickets = [0] * M  # each learner's current rejoin ticket (`rejoin`)
         self.ending: float | None = None  # the time the budget was spent
-        for p, f in enumerate(frags):  # compile the merges before the clock starts
-            for flush in (False, True):
-                self._merge(f, self.outer[p], self._stack(p, {}), jnp.zeros(M),
-                            mean_leaves=self.mean_leaves[p], rda=self.rda, flush=flush)
 
     # ---- the learners' calls --------------------------------------------------------------------
     @property
@@ -131,8 +125,7 @@ class SyncerRuntime:
         reply = Reply(answer=self.rules.boundary(m, t))
         self.log += [(t, "answer", m, p) for p, _ in reply.answer]
         for p in self.rules.apply(m, t):
-            reply.apply.append((p, [np.asarray(x) for x in take_leaves(self.global_,
-                                                                       self.frags[p])]))
+            reply.apply.append((p, self.theta.fragment(p)))
             self.log.append((t, "apply", m, p))
         while self.evals and rec.c["processed"] >= self.evals[0] * self.M:
             self._eval(self.evals.pop(0), t)
@@ -144,18 +137,24 @@ class SyncerRuntime:
 
     def answered(self, m: int, p: int, sync: int, payload: np.ndarray, sent_at: float,
                  now: float) -> None:
-        """Learner m's answer to sync `sync` of fragment p, sent at its boundary `sent_at`, has
-        arrived. One sent after the budget ran out is left out; one sent at that very instant
-        is not (the simulated clock's order: a free link delivers it at once)."""
-        self.advance(now - self.hold, before=RESPONSE)
-        if (self.ending is not None and sent_at > self.ending) or not self.up[m]:
-            return  # after the end, or it failed since it sent it: left out
-        t = self._now(now)
-        self.payloads[p][m] = payload
-        self.rules.arrived(p, m, sync, t)
+        """Learner m's answer to sync `sync` of fragment p, sent at its boundary `sent_at`,
+        reached the syncer at `now`: an event at `now`, in order with the timers (module
+        docstring: the end's rule, none once the flush is planned)."""
+        if self.flushing or not self.up[m]:
+            return  # too late for anything but the flush, or it failed since it sent it
+        if self.ending is not None and now > self.ending:
+            if sent_at > self.ending:
+                return  # sent after the budget ran out: left out
+            now = self.ending
+        heapq.heappush(self.timers, (now, RESPONSE, next(self.seq), p, (m, sync, payload)))
+        self.advance(now - self.hold, before=RESPONSE + 1)
 
     def failed(self, m: int, now: float) -> None:
-        """Learner m's process died: its unsynced work and its answers on the wire are lost."""
+        """Learner m's process died: its unsynced work and its answers on the wire are lost; a
+        rejoin it was waiting for is void. (Already down: only that.)"""
+        self.tickets[m] += 1
+        self.peer_of.pop(m, None)
+        self.rejoined.pop(m, None)
         if not self.up[m]:
             return
         if self.ending is None:
@@ -168,17 +167,33 @@ class SyncerRuntime:
         for r, q in list(self.peer_of.items()):
             if q == m:  # it was to send its state to a returning learner: ask another one
                 del self.peer_of[r]
-                self.rejoin(r, now)
+                self._reload(r, now)
 
-    def rejoin(self, m: int, now: float) -> None:
+    def killed(self, m: int, now: float) -> None:
+        """The driver killed learner m's process (a failure window began): logged, up or not."""
+        self.log.append((now, "kill", m, -1))
+
+    def rejoin(self, m: int, now: float) -> int:
         """Learner m is back: it reloads at the next step boundary of a healthy peer, which
         uploads its inner optimizer state (`peer_state`); with no peer up, at once, with a fresh
-        one. `rejoined.get(m)` then holds what it loads."""
-        peer = self.rules.peer(m)
-        if peer == FRESH:  # no peer up: a fresh inner optimizer state (its own was lost)
-            self._back(m, FRESH, None, now)
-        else:
-            self.peer_of[m] = peer
+        one. Returns its ticket for `take_rejoin`."""
+        self.tickets[m] += 1
+        self.rejoined.pop(m, None)
+        self._reload(m, now)
+        return self.tickets[m]
+
+    def take_rejoin(self, m: int, ticket: int) -> tuple[str, tuple | None]:
+        """("ready", (Θ leaves, inner state, k, t)) once learner m's rejoin `ticket` has its
+        state, ("wait", None) before, ("gone", None) when the ticket is void (m failed again or
+        rejoined anew) or the run has ended."""
+        if ticket != self.tickets[m]:
+            return "gone", None
+        if m in self.rejoined:
+            return "ready", self.rejoined.pop(m)
+        if self.ending is not None:
+            self.peer_of.pop(m, None)
+            return "gone", None
+        return "wait", None
 
     def peer_state(self, q: int, inner_state, now: float) -> None:
         """Peer q's inner optimizer state, uploaded at its step boundary."""
@@ -188,69 +203,84 @@ class SyncerRuntime:
 
     # ---- the syncer's own work ------------------------------------------------------------------
     def advance(self, to: float, before: int = 99) -> None:
-        """Run the timers due before (to, before): asks and deadlines, in order of time."""
+        """Handle the events due before (to, before) in order of time: asks, arrivals and
+        deadlines (none after the end)."""
         while self.timers and self.timers[0][:2] < (to, before) and (
                 self.ending is None or self.timers[0][0] <= self.ending):
-            when, kind, _, p, sync = heapq.heappop(self.timers)
+            when, kind, _, p, data = heapq.heappop(self.timers)
             t = self._now(when)
             if kind == ASK:
                 self.log.append((t, "ask", -1, p))
                 self.rules.ask(p, t)
-            else:
-                self.rules.deadline(p, sync, t)
+            elif kind == DEADLINE:
+                self.rules.deadline(p, data, t)
+            elif self.up[data[0]]:  # an answer (its learner failed since: left out)
+                m, sync, payload = data
+                self.payloads[p][m] = (sync, payload)
+                self.rules.arrived(p, m, sync, t)
 
     def next_merge(self) -> Merge | None:
-        return self.merges.pop(0) if self.merges else None
+        """The next closed sync to merge; `publish` it when done."""
+        if not self.merges:
+            return None
+        self.merging += 1
+        return self.merges.pop(0)
+
+    @property
+    def busy(self) -> bool:
+        """A merge is queued or being computed."""
+        return bool(self.merges) or self.merging > 0
 
     def merge(self, job: Merge):
-        """The merge of a closed sync (no lock needed: fragment p has one version in flight)."""
-        p = job.p
-        w = np.zeros(self.M, np.float32)
-        for m, x in job.weights.items():
-            w[m] = x
-        new, outer, diag = self._merge(take_leaves(self.global_, self.frags[p]), self.outer[p],
-                                       self._stack(p, job.payloads), jnp.asarray(w),
-                                       mean_leaves=self.mean_leaves[p], rda=self.rda,
-                                       flush=job.flush)
-        return jax.block_until_ready((new, outer, diag))
+        """The merge of a closed sync, or of the flush (no lock needed: fragment p has one
+        version in flight); `publish` its result."""
+        return self.theta.merge(job.p, job.weights, job.payloads, job.flush)
 
     def publish(self, job: Merge, result, now: float) -> None:
         """The merged fragment is in: every up learner applies it τ of its own steps after its
         first boundary since the ask that came while the sync was open (else its next one)."""
-        p, (new, outer, diag) = job.p, result
-        for i, x in zip(self.frags[p], new, strict=True):
-            self.global_[i] = x
-        self.outer[p] = outer
-        self.diags.append((p, job.flush, np.asarray(diag)))
+        p = job.p
+        self.diags.append((p, job.flush, self.theta.take(p, result)))
         t = self.clock if job.flush else self._now(now)  # the flush: at the end's time
         self.log.append((t, "merge", -1, p))
         if job.flush:
             self.rules.flushed(p, job.weights, t)
             return
+        self.merging -= 1
         for m in self.rules.published(p, job.weights, t, receivers=job.receivers,
                                       wait_s=job.wait_s):
             self.fresh[m].add(p)
 
-    def flushes(self) -> list:
-        """At the end (the learners stopped, every merge published): the fragments to flush and
-        the learners whose Δ each takes (`Merge` jobs without payloads yet). The time of the
-        end is the budget's, or the last publish after it (as on the simulated clock)."""
+    def flushes(self) -> list | None:
+        """At the end (the learners stopped, every answer they sent has arrived): what was due
+        by the end runs; then, with no merge left to compute or publish, the fragments to flush
+        and the learners whose Δ each takes (`Merge` jobs without payloads yet), and no answer
+        is taken any more; None while a merge is left (call again once it is published). The
+        time of the end is the budget's, or the last publish after it (as on the simulated
+        clock)."""
+        if self.ending is None:
+            raise RuntimeError("flushes() before the end: the budget is not spent")
+        self.advance(self.ending, before=END)
+        if self.busy:
+            return None
+        self.flushing = True
         return [Merge(p, who, 0, 0.0, {}, flush=True)
                 for p, who in self.rules.flushes(self.clock)]
 
     def result(self) -> dict:
         """The last row, the rows' stats and parameters, the losses and the recorded plan."""
+        if self.busy:
+            raise RuntimeError("result() while a merge is queued or being computed")
         processed = self.rec.c["processed"]
         complete = processed == self.M * self.steps
         self._eval(min(self.steps, processed / self.M), self.clock, last=True,
                    complete=complete)
         return dict(rows=self.rows, losses=self.losses, log=self.log, plan=self.rec.finish(),
-                    params=jax.tree.unflatten(self.treedef, [np.asarray(x)
-                                                             for x in self.global_]))
+                    params=self.theta.params())
 
     def status(self) -> dict:
         return dict(processed=self.rec.c["processed"], ending=self.ending, up=list(self.up),
-                    merging=bool(self.merges))
+                    merging=self.busy)
 
     # ---- helpers --------------------------------------------------------------------------------
     def _on_action(self, a, t: float) -> None:
@@ -260,31 +290,34 @@ class SyncerRuntime:
                 heapq.heappush(self.timers, (when, ASK, next(self.seq), p, -1))
             case SetDeadline(p, sync, when):
                 heapq.heappush(self.timers, (when, DEADLINE, next(self.seq), p, sync))
-            case Close(p, _, weights, _, receivers, wait_s):
-                payloads = {m: self.payloads[p][m] for m in weights}
-                self.merges.append(Merge(p, weights, receivers, wait_s, payloads))
+            case Close(p, sync, weights, _, receivers, wait_s):
+                payloads = {}
+                for m in weights:
+                    answered, payloads[m] = self.payloads[p][m]
+                    assert answered == sync, (p, m, answered, sync)
+                self.merges.append(Merge(p, weights, receivers, wait_s, payloads,
+                                         closed_at=t))
                 self.log.append((t, "close", -1, p))
+
+    def _reload(self, m: int, now: float) -> None:
+        """Returning learner m reloads: from a peer's next step boundary, or at once (fresh)."""
+        peer = self.rules.peer(m)
+        if peer == FRESH:  # no peer up: a fresh inner optimizer state (its own was lost)
+            self._back(m, FRESH, None, now)
+        else:
+            self.peer_of[m] = peer
 
     def _back(self, m: int, peer: int, inner_state, now: float) -> None:
         t = self._now(now)
         self.rules.back(m, peer, t)  # asked again by the open syncs it had not answered
-        self.rejoined[m] = ([np.asarray(x) for x in self.global_], inner_state,
-                            self.rules.k[m], t)
+        self.rejoined[m] = (self.theta.leaves(), inner_state, self.rules.k[m], t)
         self.log.append((t, "rejoin", m, -1))
 
     def _eval(self, progress: float, t: float, **kw) -> None:
         self.rec.eval(progress, t, **kw)
         self.rows.append(dict(stats=self.rec.events[-1].stats, diags=self.diags,
-                              params=[np.asarray(x) for x in self.global_]))
+                              params=self.theta.leaves()))
         self.diags = []
-
-    def _stack(self, p: int, payloads: dict):
-        """The M learners' payloads of fragment p, stacked (zeros where none: weight 0)."""
-        n = sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(self.like[p]))
-        buf = np.zeros((self.M, n), np.uint8)
-        for m, b in payloads.items():
-            buf[m] = b
-        return from_bytes(jnp.asarray(buf), self.like[p])
 
     def _now(self, t: float) -> float:
         self.clock = max(self.clock, t)

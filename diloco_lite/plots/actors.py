@@ -3,9 +3,9 @@
 A run's events as one tidy frame, one row per event (columns `time_s`, `lane`, `learner`,
 `kind`, `fragment`), from either clock:
 
-- `log_frame(result.log, config)`: a run on Ray actors (`train_actors`), from the syncer's log,
-  plus a `kill` at the start of each of the `Cluster`'s failure windows (the driver's SIGKILL;
-  the log's `fail` is when the syncer learned of the death);
+- `log_frame(result.log, config)`: a run on Ray actors (`train_actors`), from the syncer's log:
+  its `kill`s are the driver's (a log without any, from an older run, gets one at the start of
+  each of the `Cluster`'s failure windows); its `fail` is when the syncer learned of the death;
 - `plan_frame(result.plan, config)`: the simulated clock (`train`), from its plan: send ->
   `answer`, close -> `merge`, arrive -> `apply`, reload -> `rejoin`; a failure window's start is
   both the `kill` and the `fail` (the simulated syncer knows at once); the asks, which a plan
@@ -29,7 +29,7 @@ KINDS = {
     "merge": ("syncer publishes a merge", "#C44E52", "diamond", "c"),
     "answer": ("learner answers (sends Δ)", "#4C72B0", "circle", "a"),
     "apply": ("learner applies Θ", "#55A868", "square", "c"),
-    "kill": ("process killed (SIGKILL)", "#000000", "cross", "b"),
+    "kill": ("process killed", "#000000", "cross", "b"),
     "fail": ("syncer learns of the death", "#DD8452", "triangle-left", "b"),
     "rejoin": ("learner rejoins", "#8172B3", "triangle-right", "b"),
 }
@@ -68,8 +68,9 @@ def log_frame(log, config) -> pd.DataFrame:
     The syncer's `close` (the decision; `merge` is its publication, milliseconds later) is left
     out."""
     rows = [(t, kind, m, p) for t, kind, m, p in log]
-    end = max((t for t, *_ in rows), default=0.0)
-    rows += [(down, "kill", m, -1) for m, down, _ in _windows(config, end)]
+    if not any(kind == "kill" for _, kind, _, _ in rows):
+        end = max((t for t, *_ in rows), default=0.0)
+        rows += [(down, "kill", m, -1) for m, down, _ in _windows(config, end)]
     return _frame(rows)
 
 
