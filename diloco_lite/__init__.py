@@ -10,7 +10,14 @@ initializes a backend; call `emulate_devices(n)` first in a fresh process):
     DDP, DiLoCo, StreamingDiLoCo, DecoupledDiLoCo
     Cluster, Link, FailureRate            clock (the simulated clock: step times, link, failures)
     train, RunResult                      training
-    quick_mode                            plots (DILOCO_LITE_QUICK=1: shrink steps, not code paths)
+    quick_mode                            plots (DILOCO_LITE_QUICK=1: shrink steps, not code
+                                          paths; the default on Colab)
+    Session                               reproduce (a notebook's runs, shared with make reproduce)
+    collective_bytes                      comm (the collectives of a compiled program, in bytes)
+    build_model, count_params             model
+
+Subpackages for the notebooks: `reference` (each method, readable, on one device), `wire`,
+`plots`, `systems`, `distributed`, `actors`, `exercises`.
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ _EXPORTS = {
     "train": "training",
     "RunResult": "training",
     "quick_mode": "plots",
+    "Session": "reproduce",
+    "collective_bytes": "comm",
+    "build_model": "model",
+    "count_params": "model",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -205,6 +205,29 @@ class Session:
             return None
         return {label: pd.read_csv(p) for label, p in paths.items()}
 
+    def config(self, **overrides):
+        """This mode's base run (`RunConfig`: DDP, 8 workers; quick: a smaller model, 40 steps,
+        4 sequences per worker) with `overrides`."""
+        from .experiments import base_config
+
+        return base_config(self.quick, **overrides)
+
+    def rows(self, name: str, histories: dict) -> pd.DataFrame:
+        """Group `name`'s rows of the results table (what `make reproduce` writes for it)."""
+        from . import experiments
+
+        return pd.DataFrame(experiments.rows(name, histories), columns=list(COLUMNS))
+
+    def table(self, name: str, histories: dict) -> pd.DataFrame:
+        """A group's summary: "ablations" (each one's accuracy change, beside the paper's) or
+        "chaos" (goodput measured beside notebook 06's closed forms, failures met)."""
+        from .experiments import decoupled
+        from .validate import check
+
+        tables = {"ablations": decoupled.ablation_table, "chaos": decoupled.chaos_table}
+        check(name in tables, "name", name, f"one of {tuple(tables)}")
+        return tables[name](histories)
+
     def show(self, name: str, histories: dict, only=None) -> None:
         """Save every figure of group `name`; display those in `only` (default: all)."""
         from IPython.display import display

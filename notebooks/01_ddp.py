@@ -77,7 +77,6 @@ import numpy as np
 import optax
 
 from diloco_lite import plots
-from diloco_lite.algorithms.ddp import ddp_step_fn
 from diloco_lite.comm import collective_bytes
 from diloco_lite.model import build_model, count_params
 from diloco_lite.plots import training
@@ -226,28 +225,22 @@ assert report["by_kind"] == {"all-reduce": param_bytes + embed_bytes}
 # %% [markdown]
 # ## 5. The library's DDP
 #
-# `diloco_lite.algorithms.ddp.ddp_step_fn` is §2's formulation wrapped around the one inner
-# step every algorithm shares (`steps.inner_step`, with the all-reduce passed as `reduce=`). Its
-# last argument weighs each worker's loss (1 for every worker here; elastic DDP gives a failed
-# worker 0 and averages over the others).
-# With plain SGD it must match a hand-written step $\theta \leftarrow \theta - \eta\, g$ exactly:
+# `dl.train` runs DDP with §2's formulation (its one all-reduce packs the loss and the gradient
+# into one buffer). With plain SGD, three steps of it must match three hand-written steps
+# $\theta \leftarrow \theta - \eta\, g$ on the same batches:
 
 # %%
 lr, n_steps = 0.1, 3
-sgd = optax.sgd(lr)
-library_step = ddp_step_fn(model, wm, sgd, donate=False)
-every_worker = jax.device_put(np.ones(M, np.float32), wm.sharding("workers"))  # all up: weight 1
-
-
 sgd_update = jax.jit(lambda params, grads: jax.tree.map(lambda p, g: p - lr * g, params, grads))
-
-p_hand, p_lib, opt_state = params_r, params_r, sgd.init(params_r)
+p_hand = params_r
 for t in range(n_steps):
-    b = jax.device_put(get_batch(t), wm.sharding("workers"))
-    loss_hand, grads = hand_grad(p_hand, b)  # §2's loss, gradient and all-reduce
-    p_hand = sgd_update(p_hand, grads)
-    p_lib, opt_state, loss_lib = library_step(p_lib, opt_state, b, every_worker)
-    print(f"step {t}: loss hand {float(loss_hand):.5f}  library {float(loss_lib):.5f}")
+    loss_hand, grads = hand_grad(p_hand, jax.device_put(get_batch(t), wm.sharding("workers")))
+    p_hand = sgd_update(p_hand, grads)  # §2's loss, gradient and all-reduce, then SGD
+library = dl.train(dl.RunConfig(algorithm=dl.DDP(), workers=M, batch_size=B, seq_len=L,
+                                steps=n_steps, inner_optimizer=optax.sgd(lr), seed=0),
+                   progress=False)
+p_lib = library.params
+print(f"|hand - dl.train| <= {max_diff(p_hand, p_lib):.1e} after {n_steps} steps")
 assert max_diff(p_hand, p_lib) < 1e-6
 
 # %% [markdown]
@@ -256,7 +249,7 @@ assert max_diff(p_hand, p_lib) < 1e-6
 # The corpus draws the global batch first and then splits it by worker, so one worker with
 # batch `M·B` sees exactly the same sequences. Plain single-device SGD on that batch (with the
 # reference gradient of §1, no mesh, no collective) must reach the same parameters as the
-# 8-worker DDP of §5, up to float32 rounding.
+# library's 8-worker DDP of §5, up to float32 rounding.
 
 # %%
 p_one = params
@@ -280,10 +273,11 @@ assert max_diff(p_lib, p_one) < 1e-5
 # per worker on the wire; the bandwidth simulator applies that factor.)
 
 # %%
-report = collective_bytes(library_step, p_lib, opt_state, batch_s, every_worker)
+report = collective_bytes(hand_grad, params_r, batch_s)  # §2's step: the library's formulation
 print([(op.kind, op.bytes) for op in report["ops"]])
 assert count_params(params) * 4 + 4 == param_bytes + 4 == 434_692
 assert report["by_kind"] == {"all-reduce": param_bytes + 4}
+assert library.final.comm_bytes == n_steps * M * param_bytes  # what §5's run booked
 
 # %% [markdown]
 # ## 8. Training

@@ -78,7 +78,6 @@ import numpy as np
 import pandas as pd
 from IPython.display import display
 
-from diloco_lite import experiments
 from diloco_lite.actors import train_actors
 from diloco_lite.plots import actors as aplots
 from diloco_lite.plots import save
@@ -88,8 +87,7 @@ QUICK = dl.quick_mode()  # DILOCO_LITE_QUICK=1: fewer steps and a smaller model,
 M = 3 if QUICK else 4  # learners: one process each, plus the syncer's
 STEPS = 50 if QUICK else 80  # per learner: the budget is M × STEPS learner-steps
 STEP_S = 0.2  # seconds per step of the kill run (section 2), on both clocks
-base = experiments.base_config(QUICK, workers=M, steps=STEPS, eval_every=STEPS // 5,
-                               eval_batches=1)
+base = dl.Session(QUICK).config(workers=M, steps=STEPS, eval_every=STEPS // 5, eval_batches=1)
 pd.set_option("display.float_format",
               lambda x: f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:,.4g}")
 
@@ -342,7 +340,7 @@ display(per_learner)
 # clock every learner is on the same 0.2 s grid, so all of them make nearly every merge; on
 # actors a learner that trails the others by more than the grace window can miss every sync
 # for the rest of the run, and the run's goodput drops with it. A longer τ or a larger grace
-# safety buys slack, at the price of staler updates; section 6 of notebook 04 measures the
+# safety buys slack, at the price of staler updates; section 7 of notebook 04 measures the
 # grace window's worth on jittery machines.
 #
 # None of this changes the algorithm: the same state machine decides, on the times it is
@@ -356,8 +354,9 @@ display(per_learner)
 #   timeline, and when do they start again?
 # - `failures=((1, 1.1, math.inf),)`: learner 1 never comes back (Ray does not restart it),
 #   and the others still finish the budget.
-# - `Cluster(step_time_s=(0.2, 0.2, 0.4))`: a slow learner on real processes, to set beside
-#   notebook 04's section 4.
+# - `Cluster(step_time_s=(STEP_S,) * (M - 1) + (2 * STEP_S,))`: the last learner twice as slow,
+#   on real processes, to set beside notebook 04's section 5 (one step time per learner: M of
+#   them).
 
 # %% [markdown]
 # ## Exercises

@@ -82,3 +82,67 @@ def test_committed_notebooks_are_exactly_what_the_sync_writes():
         fresh = render(nb.with_suffix(".py"))
         assert without_python_version(nb.read_text()) == without_python_version(fresh), (
             f"{nb.name} differs from its .py: run `make notebooks-sync`")
+
+
+# ---- what the teaching notebooks are allowed to use ------------------------------------------
+
+# The library's machinery: the fast implementation's internals, which a student should not need
+# to read. Teaching notebooks use the package (`dl.*`), its documented subpackages (`reference`,
+# `wire`, `plots`, `systems`, `distributed`, `actors`, `exercises`) and small public modules.
+MACHINERY = ("diloco_lite.algorithms", "diloco_lite.clock.", "diloco_lite.training",
+             "diloco_lite.reproduce", "diloco_lite.steps", "diloco_lite.experiments")
+TEACHING = sorted(p for p in (ROOT / "notebooks").rglob("*.py")
+                  if not p.name.startswith("09_"))  # 09 is the report: it reads the results
+
+
+def machinery_imports(source: str) -> list[str]:
+    """The modules of MACHINERY that `source` imports (`diloco_lite.clock` itself is fine: it is
+    the public `Cluster`'s module; its submodules are the planner)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:  # a submodule, or a name of it
+            names = [f"{node.module}.{a.name}" if _is_module(f"{node.module}.{a.name}")
+                     else node.module for a in node.names]
+        else:
+            continue
+        found += [n for n in names if any(
+            n.startswith(m) if m.endswith(".") else (n == m or n.startswith(m + "."))
+            for m in MACHINERY)]
+    return found
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def test_the_machinery_check_finds_planted_imports():
+    planted = ("from diloco_lite.clock.plan import make_plan\nfrom diloco_lite import experiments\n"
+               "import diloco_lite.training as t\nfrom diloco_lite.algorithms.learners import x\n"
+               "from diloco_lite.clock import Cluster\nfrom diloco_lite import reference, wire\n")
+    assert machinery_imports(planted) == ["diloco_lite.clock.plan", "diloco_lite.experiments",
+                                          "diloco_lite.training", "diloco_lite.algorithms.learners"]
+
+
+@pytest.mark.parametrize("nb", TEACHING, ids=lambda p: str(p.relative_to(ROOT / "notebooks")))
+def test_teaching_notebooks_stay_out_of_the_machinery(nb):
+    assert len(TEACHING) >= 27
+    assert machinery_imports(nb.read_text()) == []
+
+
+MAIN = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+
+
+@pytest.mark.parametrize("nb", MAIN, ids=lambda p: p.name)
+def test_every_notebook_opens_with_a_banner_and_ends_with_takeaways_and_questions(nb):
+    text = nb.read_text()
+    banner = text[:text.index("# %%\n# Where Colab installs")]
+    for part in ("**You will learn**" if not nb.name.startswith("09") else "**What this is",
+                 "**You need**", "**Time:**"):
+        assert part in banner, (nb.name, part)
+    assert "## Takeaways" in text, nb.name
+    assert text.count("<details><summary>Answer</summary>") >= 2, nb.name

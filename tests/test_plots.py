@@ -47,6 +47,22 @@ def test_quick_mode_never_overwrites_the_readme_figures(monkeypatch):
     assert plots.default_figures_dir().resolve() == readme_figures
 
 
+def test_quick_mode_is_the_default_on_colab_and_can_be_turned_off(monkeypatch):
+    """A student who opens a notebook from its Colab badge gets quick mode unless they ask."""
+    import sys
+    import types
+
+    monkeypatch.delenv("DILOCO_LITE_QUICK", raising=False)
+    assert not plots.quick_mode()  # a laptop, a lab: full unless asked
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    assert plots.quick_mode()
+    monkeypatch.setenv("DILOCO_LITE_QUICK", "0")
+    assert not plots.quick_mode()
+    monkeypatch.setenv("DILOCO_LITE_QUICK", "1")
+    monkeypatch.delitem(sys.modules, "google.colab")
+    assert plots.quick_mode()
+
+
 def _points(y_shift: float):
     data = pd.DataFrame({"x": [1, 2, 3], "y": [1.0 + y_shift, 4, 9]})
     return alt.Chart(data).mark_point().encode(x="x:Q", y="y:Q", tooltip=["y:Q"])

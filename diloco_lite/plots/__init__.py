@@ -106,8 +106,14 @@ def default_figures_dir() -> Path:
 
 
 def quick_mode() -> bool:
-    """True when DILOCO_LITE_QUICK=1: notebooks and `reproduce` shrink steps, not code paths."""
-    return os.environ.get("DILOCO_LITE_QUICK", "") == "1"
+    """Quick mode: notebooks and `reproduce` shrink steps, not code paths. DILOCO_LITE_QUICK=1
+    turns it on, =0 off; unset, it is on in Colab (a student who opens a notebook from its badge
+    gets the minutes-long version; `%env DILOCO_LITE_QUICK=0` at the top asks for the full one)
+    and off elsewhere."""
+    import sys
+
+    value = os.environ.get("DILOCO_LITE_QUICK", "")
+    return value == "1" if value in ("0", "1") else "google.colab" in sys.modules
 
 
 def save(chart, name: str, figures_dir: str | Path | None = None):

