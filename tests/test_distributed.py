@@ -1,10 +1,15 @@
 """Every method on 2 processes × 4 devices (jax.distributed, gloo) equals 1 process × 8 devices;
 a process that dies takes the launch down at once (diloco_lite.distributed)."""
 
+import importlib
+import ipaddress
+import json
 import os
+import pickle
 import signal
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,3 +75,101 @@ def test_configs_that_do_not_pickle_say_what_to_do():
         launch(tiny_run(), processes=2, devices_per_process=4)  # optax.sgd: closures
     with pytest.raises(ValueError, match="multiple of the 8 devices"):
         launch(dl.RunConfig(workers=4), processes=2, devices_per_process=4)
+
+
+def listening_on():
+    """No configs: process 0 writes the TCP addresses its own process listens on (once JAX's
+    backend, and gloo with it, is up) to the file named by $DILOCO_LITE_TEST_LISTEN."""
+    import jax
+
+    out = os.environ.get("DILOCO_LITE_TEST_LISTEN")
+    if out and jax.process_count() > 1 and jax.process_index() == 0:
+        Path(out).write_text(json.dumps(_listening()))
+    return []
+
+
+def _listening() -> list[str]:
+    """"address:port" of each listening TCP socket of this process (Linux's /proc)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    out = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            (addr, port), state, inode = fields[1].split(":"), fields[3], fields[9]
+            if state != "0A" or inode not in inodes:  # 0A: LISTEN
+                continue
+            # the address: 32-bit words of hex, each little-endian
+            raw = b"".join(bytes.fromhex(addr[i:i + 8])[::-1] for i in range(0, len(addr), 8))
+            ip = ipaddress.ip_address(raw)
+            ip = getattr(ip, "ipv4_mapped", None) or ip  # ::ffff:a.b.c.d: an IPv4 address
+            out.append(f"{ip}:{int(port, 16)}")
+    return out
+
+
+def test_the_coordinator_listens_on_the_launchs_address_only(tmp_path, monkeypatch):
+    """Issue 30 defect 6: process 0's coordination service (no authentication) is bound to the
+    launch's address, loopback here, not to every interface ([::] is JAX's default); nothing
+    of process 0 listens on a wildcard address. A `workdir` that does not exist is made, only
+    its owner's."""
+    out, workdir = tmp_path / "listening.json", tmp_path / "work"
+    monkeypatch.setenv("DILOCO_LITE_TEST_LISTEN", str(out))
+    assert launch("tests.test_distributed:listening_on", processes=2, devices_per_process=1,
+                  timeout_s=300, echo=False, workdir=workdir) == []
+    coordinator = pickle.loads((workdir / "job.pkl").read_bytes()).coordinator
+    listening = json.loads(out.read_text())
+    assert coordinator.startswith("127.0.0.1:") and coordinator in listening, listening
+    assert not [a for a in listening if a.startswith(("0.0.0.0:", ":::"))], listening
+    assert workdir.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("how", ["others_write", "not_mine", "a_file"])
+def test_a_workdir_someone_else_could_write_is_refused(tmp_path, how):
+    """The processes and the launcher load the pickles in `workdir`: one that another user
+    owns or could write (or a file) is refused before anything starts."""
+    workdir = tmp_path / "work"
+    if how == "a_file":
+        workdir.write_text("")
+    else:
+        workdir.mkdir(mode=0o700)
+        if how == "others_write":
+            workdir.chmod(0o777)
+        elif os.geteuid() == 0:
+            os.chown(workdir, 65534, 65534)
+        else:
+            pytest.skip("needs root to give a directory to another user")
+    with pytest.raises(ValueError, match=r"workdir=.*(directory|owned|only its owner)"):
+        launch(dl.RunConfig(workers=2, steps=2), processes=2, devices_per_process=1,
+               workdir=workdir)
+
+
+@pytest.mark.parametrize("error", [OSError, KeyboardInterrupt])
+def test_processes_already_started_are_ended_when_a_later_one_cannot_start(monkeypatch,
+                                                                           error):
+    """Issue 30 defect 6: process 1 fails to start (or Ctrl-C arrives meanwhile): process 0,
+    already started, is ended before the error reaches the caller."""
+    module = importlib.import_module("diloco_lite.distributed.launch")
+    real, started = module._start, []
+
+    def start(workdir, k, testbed):
+        if k == 1:
+            raise error("process 1 did not start")
+        started.append(real(workdir, k, testbed))
+        return started[-1]
+
+    monkeypatch.setattr(module, "_start", start)
+    try:
+        with pytest.raises(error, match="did not start"):
+            launch(dl.RunConfig(workers=2), processes=2, devices_per_process=1, echo=False)
+        assert len(started) == 1 and started[0].poll() is not None
+    finally:
+        for child in started:  # (on a failure: not left behind)
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()

@@ -20,12 +20,19 @@ dataclasses); a config that does not pickle (an optax optimizer's closures) goes
 its `RunResult`s come back (pickled) and are returned; the others exit 0. The results equal a
 one-process run of the same layout to float rounding (`tests/test_distributed.py`).
 
+Process 0's coordination service listens only on the launch's address (loopback, or host
+0's testbed address), not on every interface: it has no authentication. gloo's TCP pairs bind
+to the address of this machine's host name (no public JAX setting changes that: on a machine
+whose host name resolves to a public address, run launches on a testbed, whose hosts map it
+to their private ones, or behind a firewall).
+
 A process that dies takes the run down: the launcher polls its children, and when one exits
 with an error it ends the others (SIGTERM, then SIGKILL) and raises `LaunchError` with the
 tail of that process's output, within about a second, whatever the survivors were doing (a
 gloo collective waiting for a dead peer would otherwise wait for minutes). A child whose
 launcher dies is ended by the kernel (`PR_SET_PDEATHSIG`), and `timeout_s` bounds the whole
-launch. Each process writes its output to `<workdir>/process<k>.log`; process 0's is echoed.
+launch; a process that fails to start, or Ctrl-C while they start, ends the ones already
+started. Each process writes its output to `<workdir>/process<k>.log`; process 0's is echoed.
 
 With a `testbed.Testbed`, each process runs in its own network namespace ("host") behind a
 throttled link, and its interface counters measure the bytes that really left it.
@@ -77,7 +84,9 @@ def launch(configs, processes: int = 2, devices_per_process: int = 4, *, testbed
     CPU devices each; returns process 0's `RunResult`s, one per config, in order.
 
     `testbed`: a `testbed.Testbed` (entered) whose hosts the processes run in; default: all on
-    this machine's loopback. `echo`: copy process 0's output to this process's stdout."""
+    this machine's loopback. `echo`: copy process 0's output to this process's stdout.
+    `workdir`: where the job, the logs and the results go (default: a new temporary
+    directory); one given must be this user's and writable by no one else (`own_workdir`)."""
     check_int("processes", processes, 1, 64)
     check_int("devices_per_process", devices_per_process, 1, 512)
     resolved, payload = _configs(configs)
@@ -89,15 +98,16 @@ def launch(configs, processes: int = 2, devices_per_process: int = 4, *, testbed
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="diloco_lite-"))
-        workdir = Path(workdir)
-        workdir.mkdir(parents=True, exist_ok=True)
+        workdir = own_workdir(workdir)
         host0 = testbed.address(0) if testbed is not None else "127.0.0.1"
         job = Job(configs=payload, processes=processes, devices_per_process=devices_per_process,
                   coordinator=f"{host0}:{_free_port()}", out=str(workdir / "results.pkl"),
                   progress=progress)
         (workdir / "job.pkl").write_bytes(pickle.dumps(job))
-        children = [_start(workdir, k, testbed) for k in range(processes)]
-        try:
+        children = []
+        try:  # a process that fails to start, or Ctrl-C meanwhile, ends the ones started
+            for k in range(processes):
+                children.append(_start(workdir, k, testbed))
             _watch(children, workdir, timeout_s, echo)
         finally:
             _end(children)
@@ -123,6 +133,25 @@ def _configs(configs) -> tuple[list, bytes | str]:
             "process imports it)") from None
 
 
+def own_workdir(workdir) -> Path:
+    """`workdir` for a launch: made (mode 0700) if missing; one that exists must be a directory
+    of this user that no one else can write, since the processes load the pickles in it (the
+    job) and so does the launcher (the results)."""
+    path = Path(workdir)
+    if not path.exists():
+        path.mkdir(parents=True, mode=0o700)
+        return path
+    st = path.stat()
+    check(path.is_dir(), "workdir", str(path), "a directory")
+    check(st.st_uid == os.getuid(), "workdir", str(path),
+          f"a directory owned by this user (uid {os.getuid()}, not {st.st_uid}): the launch "
+          "loads the pickles in it")
+    check(not st.st_mode & 0o022, "workdir", str(path),
+          f"a directory only its owner can write (its mode is {st.st_mode & 0o777:o}: "
+          "chmod go-w it): the launch loads the pickles in it")
+    return path
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -138,8 +167,12 @@ def _start(workdir: Path, k: int, testbed) -> subprocess.Popen:
     if testbed is not None:
         cmd = testbed.command(k, cmd)
     log = open(workdir / f"process{k}.log", "wb")  # noqa: SIM115 - closed with the process
-    child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                             cwd=os.getcwd(), start_new_session=True)
+    try:
+        child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 cwd=os.getcwd(), start_new_session=True)
+    except BaseException:
+        log.close()
+        raise
     child.log = log
     return child
 

@@ -2,10 +2,12 @@
 
 Started by `launch.launch` (never by hand) as process K; PARENT is the launcher's pid (the
 process ends when the launcher does). It reads the job (a pickled `Job`), emulates its CPU
-devices, joins the others with `jax.distributed.initialize` over gloo's TCP collectives,
-and runs `train(config)` for each config of the job: the worker mesh spans every process's
-devices, each process builds and places only its own workers' batches. Process 0 alone
-evaluates and writes the results (pickled, atomically, to `Job.out`); the others exit 0.
+devices, joins the others with `jax.distributed.initialize` over gloo's TCP collectives
+(process 0's coordination service bound to the launch's address, `Job.coordinator`; that
+argument and the heartbeat's exist from jax 0.7.2, Colab's, to 0.10), and runs
+`train(config)` for each config of the job: the worker mesh spans every process's devices,
+each process builds and places only its own workers' batches. Process 0 alone evaluates and
+writes the results (pickled, atomically, to `Job.out`); the others exit 0.
 
 Any exception ends the process at once with code 1 (`os._exit`, after the traceback): waiting
 for `jax.distributed.shutdown`'s barrier would hang on a peer that is gone. The launcher then
@@ -17,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import inspect
 import os
 import pickle
 import signal
@@ -47,11 +48,12 @@ def main(job_path: str, process_id: int) -> int:
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    kwargs = dict(coordinator_address=job.coordinator, num_processes=job.processes,
-                  process_id=process_id, initialization_timeout=120)
-    if "heartbeat_timeout_seconds" in inspect.signature(jax.distributed.initialize).parameters:
-        kwargs["heartbeat_timeout_seconds"] = job.heartbeat_s
-    jax.distributed.initialize(**kwargs)
+    # process 0's coordination service listens on the launch's own address only (by default
+    # JAX binds it to every interface, [::]:port, and it has no authentication)
+    jax.distributed.initialize(coordinator_address=job.coordinator, num_processes=job.processes,
+                               process_id=process_id, initialization_timeout=120,
+                               heartbeat_timeout_seconds=job.heartbeat_s,
+                               coordinator_bind_address=job.coordinator)
     configs = resolve_configs(job.configs)
     results = [dl.train(c, progress=job.progress) for c in configs]
     if process_id == 0:
