@@ -63,8 +63,10 @@ def test_settings_quick_is_small_and_full_is_the_issues_measurement():
 
 def test_the_window_opens_at_half_the_steps():
     # rows every steps/4: the first row (evaluator and sync compiled before it, process 0 late)
-    # must not open the window; by hand: (9.0 - 5.0) s / (40 - 20) steps
-    history = pd.DataFrame(dict(step=[10, 20, 30, 40], wall_time_s=[1.0, 5.0, 7.0, 9.0]))
+    # must not open the window; by hand: (9.0 - 5.0) s / (40 - 20) steps. (The rows' seconds
+    # are uneven, so that a window opening at any other row gives another number: from step
+    # 10, 8/30; from 30, 1/10.)
+    history = pd.DataFrame(dict(step=[10, 20, 30, 40], wall_time_s=[1.0, 5.0, 8.0, 9.0]))
     assert measure._window(history, "wall_time_s") == pytest.approx(0.2)
 
 
