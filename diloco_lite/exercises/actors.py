@@ -47,9 +47,8 @@ def _applied(boundaries, due, publish) -> int:
     return next(i for i, t in enumerate(boundaries, 1) if i >= due and t >= publish)
 
 
-@exercise("when a learner applies", todo="f = the learner's first step boundary at or after the "
-                                         "ask (its steps done then); it applies at its first "
-                                         "boundary ≥ f + τ that comes at or after the publish")
+@exercise("when a learner applies", todo="return the learner's steps done at the boundary "
+                                         "where it applies the merged fragment")
 def check_apply_position(fn) -> Result:
     """`fn(ask_s, boundaries_s, publish_s, tau)` -> the learner's steps done (1, 2, ...) at the
     boundary where it applies the published fragment."""
@@ -103,8 +102,7 @@ def check_apply_position(fn) -> Result:
 KILL_ROW = dict(sim_time_s=18.017, learner_steps=320, useful_steps=143.5, lost_steps=176.5)
 
 
-@exercise("goodput of the killed run", todo="useful_steps / offered, offered = M × elapsed / "
-                                            "step time: every learner, the killed one included")
+@exercise("goodput of the killed run", todo="the killed run's goodput, as a fraction")
 def check_kill_goodput(predicted, *, useful_steps: float = 143.5, learner_steps: float = 320,
                        elapsed_s: float = 18.017, step_s: float = 0.2,
                        learners: int = 4) -> Result:
@@ -195,8 +193,8 @@ def kill_timing(log, learner, window) -> tuple[float, float]:
     return fail - down, back - down
 
 
-@exercise("detection and downtime", todo="from the log: the learner's `fail` time − the kill "
-                                         "(the window's start), and its `rejoin` time − the kill")
+@exercise("detection and downtime", todo="return (detection delay, downtime) of the "
+                                         "learner's kill, in seconds, read from the log")
 def check_kill_timing(fn) -> Result:
     """`fn(log, learner, window)` -> (detection delay s, downtime s) of the learner's kill."""
     got = []

@@ -39,8 +39,8 @@ def _unreplicated(what: str):
     return explain
 
 
-@exercise("global max", todo="take jnp.max of the device's block, then combine the devices' "
-                              "maxima with jax.lax.pmax(..., 'workers')")
+@exercise("global max", todo="return the largest value of the whole sharded array, the same "
+                              "number on every device")
 def check_global_max(fn) -> Result:
     """`fn(x_local)` must return the max over ALL devices' blocks, the same on every device."""
     import jax
@@ -60,8 +60,8 @@ def check_global_max(fn) -> Result:
     ], other=f"got {fmt(got)}, expected 11: take jnp.max of the whole block, then jax.lax.pmax")
 
 
-@exercise("all-reduce bytes", todo="count the bytes ONE device contributes: every value of "
-                                    "both arrays, 4 bytes per float32")
+@exercise("all-reduce bytes", todo="set `predicted` to the bytes ONE device contributes to "
+                                    "the all-reduce of the two arrays")
 def check_allreduce_bytes(predicted, workers: int = 8) -> Result:
     """`predicted`: bytes each device contributes when it all-reduces f32[64, 64] and f32[100]."""
     predicted = number(predicted)
@@ -81,9 +81,8 @@ def check_allreduce_bytes(predicted, workers: int = 8) -> Result:
     ], other=f"got {fmt(predicted)}: count (64·64 + 100) values × 4 bytes")
 
 
-@exercise("mean loss over 16 workers", todo="vmap the per-worker loss over the device's "
-                                              "workers, average them (jnp.mean), then "
-                                              "jax.lax.pmean over 'workers'")
+@exercise("mean loss over 16 workers", todo="return the mean of the 16 workers' losses, "
+                                              "the same number on every device")
 def check_mean_loss(fn) -> Result:
     """16 workers (several per device); worker m holds [m, 2m] and its loss is 3m. `fn(w_local)`
     must return the mean loss over all 16 workers: 22.5."""
@@ -107,9 +106,8 @@ def check_mean_loss(fn) -> Result:
     ], other=f"got {fmt(got)}, expected 3 · mean(0..15) = 22.5")
 
 
-@exercise("DDP gradient", todo="jax.value_and_grad of the device's loss, then "
-                                "jax.lax.pmean((loss, grads), 'workers'), in a shard_map "
-                                "with check_vma=False")
+@exercise("DDP gradient", todo="write ddp_grad, then grad_fn: the mean loss over all M "
+                                "workers and its gradient, the same on every device")
 def check_ddp_gradient(grad_fn, loss_fn, params, batch_MxBxL1) -> Result:
     """`grad_fn(params, batch)` (jitted shard_map) must return the gradient of the mean loss over
     the global batch (or `(loss, grads)`); checked against one device on the whole batch."""
@@ -154,8 +152,8 @@ def _jitted_grad(loss_fn):
     return jax.jit(jax.grad(loss_fn))
 
 
-@exercise("bytes of one DDP step", todo="the gradient (4 bytes per parameter) plus the "
-                                         "4-byte loss, contributed by ONE worker")
+@exercise("bytes of one DDP step", todo="set `predicted` to the bytes ONE worker "
+                                         "contributes to the all-reduce of one DDP step")
 def check_ddp_step_bytes(predicted, params, workers: int = 8) -> Result:
     """`predicted`: bytes one worker contributes to the single all-reduce of a DDP step."""
     predicted = number(predicted)

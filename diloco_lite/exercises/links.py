@@ -11,8 +11,8 @@ from ..clock import Link, exchange_cost
 from ._core import Result, exercise, fmt, judge, number
 
 
-@exercise("all-gather bytes per host", todo="each host forwards every other host's payload "
-                                             "once: (M − 1) × the payload, in bytes")
+@exercise("all-gather bytes per host", todo="the bytes that leave one host in one ring "
+                                             "all-gather of the M hosts' payloads")
 def check_gather_bytes(predicted_bytes, *, payload_bytes: int = 434_688,
                        hosts: int = 4) -> Result:
     """`predicted_bytes`: what one host sends in one DiLoCo sync (a ring all-gather)."""
@@ -31,9 +31,8 @@ def check_gather_bytes(predicted_bytes, *, payload_bytes: int = 434_688,
     ], other=f"got {fmt(predicted_bytes)} bytes, expected {ref:,.0f}")
 
 
-@exercise("sync time on the clock", todo="the all-gather's bytes over the link, "
-                                          "(M − 1)·S·8 / rate, plus one latency per hop "
-                                          "(M − 1 hops), in seconds")
+@exercise("sync time on the clock", todo="the seconds the simulated clock charges one "
+                                          "DiLoCo sync on this ring and link")
 def check_sync_time(predicted_s, *, payload_bytes: int = 434_688, hosts: int = 4,
                     gbit_per_s: float = 0.1, latency_s: float = 0.005) -> Result:
     """`predicted_s`: how long the simulated clock charges one DiLoCo sync."""

@@ -18,9 +18,8 @@ SECONDS_PER_YEAR = 365.25 * 86400.0
 BW_RTOL = 3 * bw.RESOLUTION  # the simulator's search is exact to 0.1%
 
 
-@exercise("DDP bandwidth", todo="bits on the wire per step (N × 16 × ring factor 2(R−1)/R) "
-                                 "over the time they may take: the hidden part "
-                                 "(2T/3)(1 − 1/32) plus the allowed stall T(1 − u)/u; in Gbit/s")
+@exercise("DDP bandwidth", todo="the slowest link, in Gbit/s, at which DDP still reaches "
+                                 "the target compute utilization u")
 def check_ddp_bandwidth(predicted_gbps, *, n_params: float = 10e9, step_time_s: float = 1.6,
                         replicas: int = 8, target_utilization: float = 0.9,
                         grad_bits: int = 16) -> Result:
@@ -58,8 +57,9 @@ def check_ddp_bandwidth(predicted_gbps, *, n_params: float = 10e9, step_time_s: 
     ], other=f"got {fmt(predicted_gbps)} Gbit/s, expected about {ref:.1f}")
 
 
-@exercise("Decoupled DiLoCo bandwidth", todo="one 1/P fragment per step in b bits, no ring: "
-                                              "B = u × (N × b / P) / T, in Gbit/s")
+@exercise("Decoupled DiLoCo bandwidth", todo="the slowest link, in Gbit/s, at which a "
+                                              "Decoupled DiLoCo learner still reaches the target "
+                                              "compute utilization u")
 def check_decoupled_bandwidth(predicted_gbps, *, n_params: float = 10e9,
                               step_time_s: float = 1.6, target_utilization: float = 0.9) -> Result:
     """`predicted_gbps`: Decoupled DiLoCo's need (defaults: P = 24 fragments, int4, τ = 2, and
@@ -82,8 +82,8 @@ def check_decoupled_bandwidth(predicted_gbps, *, n_params: float = 10e9,
     ], other=f"got {fmt(predicted_gbps)} Gbit/s, expected about {ref:.3f}")
 
 
-@exercise("cluster MTBF", todo="N chips failing independently once per year each: the cluster "
-                                "fails N times as often, MTBF = one year in seconds / N")
+@exercise("cluster MTBF", todo="the mean time between failures of the whole cluster, in "
+                                "seconds")
 def check_cluster_mtbf(predicted_s, *, chips: float = 1.2e6, mtbi_years: float = 1.0) -> Result:
     """`predicted_s`: seconds between failures of the whole cluster."""
     ref = mtbi_years * SECONDS_PER_YEAR / chips
@@ -99,7 +99,8 @@ def check_cluster_mtbf(predicted_s, *, chips: float = 1.2e6, mtbi_years: float =
     ], other=f"got {fmt(predicted_s)} s, expected {ref:.1f} s")
 
 
-@exercise("Young's checkpoint interval", todo="T_ckpt = √(2 · δ · MTBF)")
+@exercise("Young's checkpoint interval", todo="the checkpoint interval by Young's rule for "
+                                               "this checkpoint cost and MTBF, in seconds")
 def check_young_interval(predicted_s, *, checkpoint_s: float, mtbf_s: float) -> Result:
     """`predicted_s`: Young's checkpoint interval for a checkpoint costing δ = `checkpoint_s`."""
     d, m = checkpoint_s, mtbf_s
@@ -115,8 +116,8 @@ def check_young_interval(predicted_s, *, checkpoint_s: float, mtbf_s: float) -> 
     ], other=f"got {fmt(predicted_s)} s, expected √(2δ·MTBF) = {ref:.2f} s")
 
 
-@exercise("Daly's checkpoint interval", todo="T_ckpt = √(2δM)·(1 + √(δ/2M)/3 + δ/(18M)) − δ, "
-                                              "with M the MTBF")
+@exercise("Daly's checkpoint interval", todo="the checkpoint interval by Daly's refinement "
+                                              "for this checkpoint cost and MTBF, in seconds")
 def check_daly_interval(predicted_s, *, checkpoint_s: float, mtbf_s: float) -> Result:
     """`predicted_s`: Daly's higher-order checkpoint interval (δ < 2M)."""
     d, m = checkpoint_s, mtbf_s
@@ -131,8 +132,8 @@ def check_daly_interval(predicted_s, *, checkpoint_s: float, mtbf_s: float) -> R
     ], other=f"got {fmt(predicted_s)} s, expected {ref:.2f} s")
 
 
-@exercise("domain goodput", todo="W = (R_a + (1 − e^(−λR_e))/λ)·e^(λR_e); "
-                                  "return T_work / ((e^(λ(T_work + δ)) − 1)·(1/λ + W))")
+@exercise("domain goodput", todo="return the goodput of one failure domain, as a fraction, "
+                                  "for the failure rate, work, commit and recovery times given")
 def check_domain_goodput(fn) -> Result:
     """`fn(rate, work_s, commit_s, absorbed_s, exposed_s)` -> one failure domain's goodput."""
     cases = [(1 / 26.3, 6.3, 1.0, 35.0, 5.0), (1 / 210.0, 24.0, 0.0, 10.0, 5.0),

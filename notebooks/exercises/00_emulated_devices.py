@@ -21,6 +21,12 @@
 # **✔** when your answer is right and **✘** with a sentence saying what is wrong otherwise; it
 # recognises the classic mistakes and names them. Run the notebook top to bottom: an
 # unfinished exercise only prints "not done yet", so the later ones still run.
+#
+# Difficulty: ★☆☆ warm-up (minutes) · ★★☆ a few lines, needs the notebook · ★★★ assemble or
+# derive something new.
+#
+# **Predict before you run**: write your answer down first, then run the cell below the
+# question (it needs none of your code) and open the hidden answer.
 
 # %%
 # Where Colab installs diloco_lite from: this project's repository, your fork
@@ -62,24 +68,25 @@ def on_mesh(f, mesh=mesh):
 
 
 # %% [markdown]
-# ## Exercise 1 · The global maximum
+# ## Exercise 1 · The global maximum ★☆☆
 #
 # Write the program of one device: it receives its block `x_local` of a sharded array and
 # returns the **largest value in the whole array**, the same on every device. The check runs
 # it on the array `[3, −1, 7, 2, 9, 0, 4, 4, 1, 8, 6, 5, −2, 11, 10, 3]`, whose maximum is 11.
 #
-# Hint: `jax.lax.pmax(value, "workers")` is the max-version of `psum`.
+# Hint: notebook 00 combined the devices' values with collectives that add and average over
+# `"workers"`; `jax.lax` has a collective for the other usual reductions too.
 
 # %%
 def global_max(x_local):
-    # TODO: the largest value over ALL devices, the same on every device
+    # TODO: the largest value of the whole array (all devices' blocks), the same on every device
     ...
 
 
 check_global_max(global_max)
 
 # %% [markdown]
-# ## Exercise 2 · Bytes of an all-reduce
+# ## Exercise 2 · Bytes of an all-reduce ★☆☆
 #
 # Each device averages a `f32[64, 64]` and a `f32[100]` array over all devices, in one
 # all-reduce. How many bytes does **one** device contribute? Work it out before running.
@@ -100,7 +107,25 @@ print("the compiled program all-reduces", collective_bytes(average_pair, pair)["
       "bytes per device")
 
 # %% [markdown]
-# ## Exercise 3 · Sixteen workers on the devices
+# ### Predict before you run
+#
+# An array `f32[8, 1000]` is sharded over the 8 devices, one row each, and every device
+# `psum`s its row, so that all of them get the elementwise sum of the 8 rows. How many bytes
+# does **one** device contribute to that all-reduce?
+#
+# <details><summary>Answer</summary>4,000 bytes: a device contributes what it reduces, its
+# row of 1,000 float32 values at 4 bytes each, whatever the number of devices. On a single
+# chip all 8 rows sit on the one device, nobody needs to talk, and the compiled program has no
+# all-reduce at all: 0 bytes.</details>
+
+# %%
+rows = jax.device_put(jnp.ones((8, 1000)), mesh.sharding("workers"))
+sum_rows = on_mesh(lambda b: jax.lax.psum(jnp.sum(b, axis=0), "workers"))  # b: this device's rows
+print(f"on {mesh.devices} device(s): {collective_bytes(sum_rows, rows)['total']:,} bytes "
+      "per device")
+
+# %% [markdown]
+# ## Exercise 3 · Sixteen workers on the devices ★★☆
 #
 # Now 16 workers share the devices (2 per device on 8 devices, all 16 on one chip). Worker `m`
 # holds the vector `[m, 2m]`; its "loss" is the sum of that vector, `3m`. Write the device
@@ -114,6 +139,27 @@ def mean_loss(w_local):  # w_local: [workers on this device, 2]
 
 
 check_mean_loss(mean_loss)
+
+# %% [markdown]
+# ### Predict before you run
+#
+# Sixteen workers again, two per device on 8 devices, each holding a vector of 2 float32
+# values. A device program adds up everything its workers hold and `psum`s that number. How
+# many bytes does one device contribute: 4, 8, 16 or 64?
+#
+# <details><summary>Answer</summary>4 bytes. The two workers of a device share its memory, so
+# the device combines them with ordinary array code before the collective; only one float32
+# per device crosses between devices, however many workers each device holds. Workers cost
+# network traffic only through the devices they sit on. (On a single chip: 0, as
+# above.)</details>
+
+# %%
+mesh16 = dl.worker_mesh(16)
+vectors = jax.device_put(jnp.ones((16, 2)), mesh16.sharding("workers"))
+add_all = on_mesh(lambda w: jax.lax.psum(jnp.sum(w), "workers"), mesh16)
+print(f"{mesh16.workers_per_device} workers per device: "
+      f"{collective_bytes(add_all, vectors)['total']:,} bytes per device; "
+      f"the total is {float(add_all(vectors)):g}")
 
 # %% [markdown]
 # Averaging first over a device's workers and then over the devices gives the mean over all

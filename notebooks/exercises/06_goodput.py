@@ -20,6 +20,12 @@
 # cluster of 1.2 million chips fails, how often it should checkpoint, and the goodput of one
 # failure domain. Each check prints **✔** or **✘** with what is wrong.
 #
+# Difficulty: ★☆☆ warm-up (minutes) · ★★☆ a few lines, needs the notebook · ★★★ assemble or
+# derive something new.
+#
+# **Predict before you run**: write your answer down first, then run the cell below the
+# question (it uses the library, none of your code) and open the hidden answer.
+#
 # Symbols: λ the failure rate, MTBF = 1/λ, δ the cost of one checkpoint, $T_{\text{ckpt}}$ the
 # work between two checkpoints.
 
@@ -54,13 +60,14 @@ from diloco_lite.exercises import (
     check_domain_goodput,
     check_young_interval,
 )
+from diloco_lite.systems import goodput_closed as closed
 from diloco_lite.systems.goodput_closed import daly_interval
 
 CHIPS = 1_200_000
 YEAR_S = 365.25 * 24 * 3600
 
 # %% [markdown]
-# ## Exercise 1 · How often does the cluster fail?
+# ## Exercise 1 · How often does the cluster fail? ★☆☆
 #
 # Each chip is interrupted about once a year, independently of the others. In seconds, what
 # is the mean time between failures (MTBF) of the whole cluster of 1.2M chips?
@@ -71,7 +78,7 @@ mtbf = ...
 check_cluster_mtbf(mtbf, chips=CHIPS)
 
 # %% [markdown]
-# ## Exercise 2 · Young's checkpoint interval
+# ## Exercise 2 · Young's checkpoint interval ★☆☆
 #
 # Checkpointing often wastes time writing checkpoints; rarely, redoing the work a failure
 # erased. Young's rule balances the two for a checkpoint that costs δ seconds:
@@ -82,12 +89,30 @@ check_cluster_mtbf(mtbf, chips=CHIPS)
 
 # %%
 delta, cluster_mtbf = 1.0, YEAR_S / CHIPS
-# TODO: Young's interval, in seconds
+# TODO: young, the checkpoint interval by Young's rule for this δ and MTBF, in seconds
 young = ...
 check_young_interval(young, checkpoint_s=delta, mtbf_s=cluster_mtbf)
 
 # %% [markdown]
-# ## Exercise 3 · Daly's refinement
+# ### Predict before you run
+#
+# Double the cluster to 2.4M chips, with the same 1 s checkpoint. What happens to Young's
+# checkpoint interval: halved, divided by √2, unchanged?
+#
+# <details><summary>Answer</summary>Divided by √2 (about 7.3 s → 5.1 s). Twice the chips fail
+# twice as often, so the MTBF halves, and Young's interval goes with its square root. Both
+# wastes, writing checkpoints (δ per interval) and redoing work (half an interval per failure),
+# grow by √2 as a share of the time: the bigger the synchronous job, the smaller the share of
+# its time that does useful work.</details>
+
+# %%
+ratio = closed.young_interval(delta, YEAR_S / (2 * CHIPS)) / closed.young_interval(delta,
+                                                                                  cluster_mtbf)
+print(f"Young's interval at {2 * CHIPS:,} chips / at {CHIPS:,} chips = {ratio:.4f} "
+      f"(1/√2 = {1 / math.sqrt(2):.4f})")
+
+# %% [markdown]
+# ## Exercise 3 · Daly's refinement ★☆☆
 #
 # When δ is not small next to the MTBF, Daly's higher-order interval (used by the library) is
 # better:
@@ -96,27 +121,31 @@ check_young_interval(young, checkpoint_s=delta, mtbf_s=cluster_mtbf)
 # \frac{\delta}{18M}\right) - \delta, \qquad M = \mathrm{MTBF}$$
 
 # %%
-# TODO: Daly's interval, in seconds
+# TODO: daly, Daly's checkpoint interval for this δ and MTBF, in seconds
 m = ...
 daly = ...
 check_daly_interval(daly, checkpoint_s=delta, mtbf_s=cluster_mtbf)
 
 # %% [markdown]
-# ## Exercise 4 · The goodput of one failure domain
+# ## Exercise 4 · The goodput of one failure domain ★★☆
 #
 # A domain works in segments of $T_{\text{work}}$ seconds followed by a commit of δ seconds
 # (a checkpoint, a sync). A segment of length $T = T_{\text{work}} + \delta$ survives with
-# probability $e^{-\lambda T}$. A failure costs a recovery: $R_a$ seconds during which further
-# failures are folded in (detect, reschedule), then $R_e$ seconds that a new failure restarts
-# (reload). The expected recovery and the goodput are
+# probability $e^{-\lambda T}$, so on average it fails $e^{\lambda T} - 1$ times before it
+# completes, and all its attempts together run $(e^{\lambda T} - 1)/\lambda$ seconds. Each
+# failure also costs a recovery: $R_a$ seconds during which further failures are folded in
+# (detect, reschedule), then $R_e$ seconds that a new failure restarts (reload). The expected
+# recovery is
 #
-# $$W = \left(R_a + \frac{1 - e^{-\lambda R_e}}{\lambda}\right) e^{\lambda R_e}, \qquad
-# G = \frac{T_{\text{work}}}{\left(e^{\lambda T} - 1\right)\left(1/\lambda + W\right)}$$
+# $$W = \left(R_a + \frac{1 - e^{-\lambda R_e}}{\lambda}\right) e^{\lambda R_e}.$$
+#
+# The goodput G is the work of a segment over the expected time it takes to complete it,
+# failures and recoveries included. Write it as a function.
 
 # %%
 def domain_goodput(rate, work_s, commit_s, absorbed_s, exposed_s):
-    # TODO: W, then G, with λ = rate, T_work = work_s, δ = commit_s, R_a = absorbed_s,
-    # R_e = exposed_s
+    # TODO: the goodput G of the domain (a fraction), with λ = rate, T_work = work_s,
+    # δ = commit_s, R_a = absorbed_s, R_e = exposed_s
     ...
 
 
@@ -134,3 +163,27 @@ if goodput_ok:
           f"one of 8 learners: {domain_goodput(lam / 8, 24.0, 0.0, 10.0, 5.0):.1%}")
 else:
     print("(finish exercise 4 to compare the two)")
+
+# %% [markdown]
+# ### Predict before you run
+#
+# Make data-parallel's checkpoints free and continuous (δ → 0, a checkpoint after every
+# moment of work), keeping its recovery (35 s detect and reschedule, 5 s reload) at 1.2M
+# chips. Its goodput with 1 s checkpoints at Daly's interval is about 27%. With free
+# checkpoints: close to 100%, about 50%, or about 35%?
+#
+# <details><summary>Answer</summary>About 35%. Free checkpoints lose no work, but every
+# failure still costs a recovery W ≈ 48 s, and one comes every 26 s: the job is up only
+# 1/(1 + λW) of the time. Better checkpoints cannot fix that; only a smaller failure domain
+# (a learner of Decoupled DiLoCo, which fails M times less often and recovers alone) or a
+# faster recovery can.</details>
+
+# %%
+lam = 1 / cluster_mtbf
+print(f"recovery W = {closed.recovery_time(lam, 35.0, 5.0):.1f} s every {cluster_mtbf:.1f} s")
+print(f"dp goodput, 1 s checkpoints at Daly's interval: "
+      f"{closed.domain_goodput(lam, daly_interval(delta, cluster_mtbf), delta, 35.0, 5.0):.1%}")
+for work_s in (1.0, 0.01):
+    print(f"dp goodput, free checkpoints every {work_s:g} s: "
+          f"{closed.domain_goodput(lam, work_s, 0.0, 35.0, 5.0):.1%}")
+print(f"the limit 1 / (1 + λW), the share of time up: {closed.up_fraction(lam, 35.0, 5.0):.1%}")

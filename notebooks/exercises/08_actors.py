@@ -22,6 +22,12 @@
 # shared 2-core machine: the learners' step boundaries, the run's final counters and the
 # syncer's log. You work out when a learner applies a merged fragment, the run's goodput, and
 # what the kill really cost. Each check prints **✔** or **✘** with what is wrong.
+#
+# Difficulty: ★☆☆ warm-up (minutes) · ★★☆ a few lines, needs the notebook · ★★★ assemble or
+# derive something new.
+#
+# **Predict before you run**: write your answer down first, then run the cell below the
+# question (it reads the recorded run, none of your code) and open the hidden answer.
 
 # %%
 # Where Colab installs diloco_lite from: this project's repository, your fork
@@ -53,7 +59,7 @@ from diloco_lite.exercises import check_apply_position, check_kill_goodput, chec
 from diloco_lite.exercises.actors import APPLY_CASES, KILL_LOG, KILL_ROW
 
 # %% [markdown]
-# ## Exercise 1 · When does a learner apply a merged fragment?
+# ## Exercise 1 · When does a learner apply a merged fragment? ★★★
 #
 # A learner never waits for a merge. The syncer asks for fragment p at time `ask_s`; each
 # learner answers at its next step boundary, and once the merge is published (`publish_s`) each
@@ -82,20 +88,61 @@ with pd.option_context("display.max_colwidth", None, "display.width", 200):
 
 # %%
 def apply_position(ask_s, boundaries_s, publish_s, tau):
-    # TODO: f = steps done at the first boundary at or after the ask; return the first
-    # boundary's steps done that is ≥ f + τ and at or after the publish
+    # TODO: the learner's steps done at the boundary where it applies the merged fragment
     ...
 
 
 check_apply_position(apply_position)
 
 # %% [markdown]
-# On the simulated clock every learner is on the 0.2 s grid and a merge takes no time, so it
-# always applies at f + τ. On actors the last two kinds of case happen: a learner out of phase
-# answers after the sync has closed (its work is overwritten when it applies), and a merge that
-# outlasts τ steps delays every learner's apply by a step.
+# ### Predict before you run
 #
-# ## Exercise 2 · The goodput of the killed run
+# Before the kill every sync closed within 0.03 s of its ask, all four learners answering at
+# once. Learner 1 died at 1.1 s, and the syncer only learned of it later. Do the syncs asked
+# in between still close (quorum K = 2, three learners alive)? As fast as before?
+#
+# <details><summary>Answer</summary>They close, but about 4 times slower: 0.12 to 0.13 s
+# after the ask instead of 0.03 s. The quorum is there at once; yet the syncer closes early
+# only when no learner it believes up is still awaited, and it believes learner 1 up, so each
+# sync waits out its grace window (the slack left before the learners need the result). An
+# undetected death slows every sync; nothing stops. (From 1.6 s on only two answers come in:
+# the next question is why.)</details>
+
+# %%
+log = pd.DataFrame(KILL_LOG, columns=["time_s", "event", "learner", "fragment"])
+for ask in log[(log.event == "ask") & (log.time_s < 2.5)].itertuples():
+    close = log[(log.event == "close") & (log.fragment == ask.fragment)
+                & (log.time_s > ask.time_s)].time_s.min()
+    answered = log[(log.event == "answer") & (log.time_s >= ask.time_s) & (log.time_s < close)]
+    print(f"ask at {ask.time_s:.1f} s{', learner 1 dead' if ask.time_s > 1.1 else '':17}: "
+          f"{len(answered)} answers, closed {close - ask.time_s:.3f} s later")
+
+# %% [markdown]
+# ### Predict before you run
+#
+# Learner 0's seventh step ended late, at 1.577 s instead of 1.4 s, and its later steps kept
+# that phase (1.777 s, 1.977 s, ...). The syncer asks on the 0.4 s grid (1.6 s, 2.0 s, ...)
+# and closes a sync about 0.12 s after its ask (above). Of the syncs asked after learner 0's
+# late step, how many count learner 0's answer?
+#
+# <details><summary>Answer</summary>None in the recorded log. Learner 0's first boundary after
+# each ask comes 0.177 s after it, when the sync has already closed on learners 2 and 3, so it
+# has nothing left to answer. It still applies every merge, which replaces the fragment it
+# trained: one late step cost all its later work on those fragments. On the simulated clock
+# every learner is on the 0.2 s grid and a merge takes no time, so this never happens and a
+# learner always applies at f + τ; on actors both a learner out of phase and a merge that
+# outlasts τ steps (which delays every learner's apply by a step) do.</details>
+
+# %%
+answers = log[(log.event == "answer") & (log.time_s > 1.4)]
+print("answers after learner 0's late step, by learner:",
+      answers.learner.value_counts().sort_index().to_dict())
+closes = log[(log.event == "close") & (log.time_s > 1.4) & (log.time_s < 2.85)]
+print("closes from 1.4 s to 2.85 s:", closes.time_s.tolist(),
+      "; learner 0's boundaries:", [t for t in APPLY_CASES[1][2] if 1.4 < t < 2.85])
+
+# %% [markdown]
+# ## Exercise 2 · The goodput of the killed run ★☆☆
 #
 # The run's final row on actors (`sim_time_s` is the real seconds from the start to the end of
 # the budget, M × 80 learner-steps):
@@ -110,7 +157,7 @@ print(KILL_ROW)
 # Work it out as a fraction.
 
 # %%
-# TODO: offered learner-steps, then the goodput
+# TODO: offered, the learner-steps the cluster could have done, and goodput (a fraction)
 offered = ...
 goodput = ...
 check_kill_goodput(goodput, useful_steps=KILL_ROW["useful_steps"],
@@ -120,10 +167,11 @@ check_kill_goodput(goodput, useful_steps=KILL_ROW["useful_steps"],
 # %% [markdown]
 # The same configuration on the simulated clock ends at 16.8 s with 241 useful learner-steps:
 # a goodput of 72%. The run on actors lost more than twice as many learner-steps (176.5 against
-# 79): learner 0, out of phase after one late step, answered after the syncs had closed and
-# had its work overwritten, and learner 1 was down far longer than its window (exercise 3).
+# 79): learner 0, out of phase after one late step, reached its boundaries after the syncs had
+# closed and had its work overwritten (the second prediction above), and learner 1 was down
+# far longer than its window (exercise 3).
 #
-# ## Exercise 3 · What the kill cost
+# ## Exercise 3 · What the kill cost ★★☆
 #
 # `result.log` is the syncer's diary: one `(time_s, event, learner, fragment)` per event, the
 # learner −1 for the syncer's own. A kill shows as `fail` (when the syncer learned of the death,
@@ -132,7 +180,6 @@ check_kill_goodput(goodput, useful_steps=KILL_ROW["useful_steps"],
 # Learner 1's events in the kill run's log (trimmed):
 
 # %%
-log = pd.DataFrame(KILL_LOG, columns=["time_s", "event", "learner", "fragment"])
 display(log[log.learner == 1])
 
 # %% [markdown]
@@ -143,7 +190,7 @@ display(log[log.learner == 1])
 
 # %%
 def kill_timing(log, learner, window):
-    # TODO: (the learner's `fail` − the kill, its `rejoin` − the kill); the kill is window[0]
+    # TODO: (detection delay, downtime) of `learner`'s kill, in seconds, read from `log`
     ...
 
 

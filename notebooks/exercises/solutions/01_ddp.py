@@ -20,6 +20,12 @@
 # and a check that prints **✔** or **✘** with what is wrong. You will write the gradient of
 # one DDP step, where one flag decides between the right gradient and one M times too large,
 # and count the bytes the step sends.
+#
+# Difficulty: ★☆☆ warm-up (minutes) · ★★☆ a few lines, needs the notebook · ★★★ assemble or
+# derive something new.
+#
+# **Predict before you run**: write your answer down first, then run the cell below the
+# question (it needs none of your code) and open the hidden answer.
 
 # %%
 # Where Colab installs diloco_lite from: this project's repository, your fork
@@ -62,23 +68,23 @@ print(f"{count_params(params):,} parameters; {M} workers on {wm.devices} device(
       f"{wm.workers_per_device} per device")
 
 # %% [markdown]
-# ## Exercise 1 · The gradient of one DDP step
+# ## Exercise 1 · The gradient of one DDP step ★★★
 #
 # Write the program of one device. It receives the replicated parameters and the batch of its
 # own workers, `batch_WxBxL1` of shape `[W, B, L + 1]` (W = workers on this device: 1 on 8
 # devices, 8 on a single chip). It returns `(loss, grads)`: the mean loss over **all** M
 # workers and its gradient, identical on every device.
 #
-# Then wrap it in `jax.jit(jax.shard_map(...))`: parameters replicated (`jax.P()`), batch split
-# over `"workers"` (`jax.P("workers")`), results replicated (`jax.P()`). One argument of
-# `shard_map` decides whether the gradient is right or M times too large: `check_vma`.
+# Then compile it as one program on the mesh `wm`: the parameters replicated, the batch split
+# over `"workers"`, the results replicated. One argument of `shard_map` decides whether the
+# gradient comes out right or M times too large; notebook 01 §3 shows which.
 #
 # `model.loss(params, batch_BxL1)` is one worker's mean next-character loss.
 
 # %%
 def ddp_grad(params, batch_WxBxL1):
-    # TODO: mean loss of this device's workers (jax.vmap over the W axis), its gradient, then
-    # the all-reduce that averages (loss, grads) over the devices
+    # TODO: (loss, grads): the mean loss over ALL M workers and its gradient, the same on
+    # every device
     # BEGIN SOLUTION
     def device_loss(params):
         return jnp.mean(jax.vmap(model.loss, in_axes=(None, 0))(params, batch_WxBxL1))
@@ -88,7 +94,7 @@ def ddp_grad(params, batch_WxBxL1):
     # END SOLUTION
 
 
-# TODO: grad_fn = jax.jit(jax.shard_map(ddp_grad, ...)); check_vma=True or False?
+# TODO: grad_fn, ddp_grad compiled as one program on the mesh wm (layouts as said above)
 # BEGIN SOLUTION
 grad_fn = jax.jit(jax.shard_map(ddp_grad, mesh=wm.mesh, in_specs=(jax.P(), jax.P("workers")),
                                 out_specs=jax.P(), check_vma=False))
@@ -96,12 +102,68 @@ grad_fn = jax.jit(jax.shard_map(ddp_grad, mesh=wm.mesh, in_specs=(jax.P(), jax.P
 check_ddp_gradient(grad_fn, model.loss, params_r, batch_s)
 
 # %% [markdown]
-# Try the other value of `check_vma` and read what the check says: with `check_vma=True`, JAX
-# knows the parameters are replicated, and autodiff turns their implicit broadcast into a sum
-# over the devices — the gradient arrives already summed, and the `pmean` after it changes
-# nothing.
+# Try the other value of `check_vma` and read what the check says.
 #
-# ## Exercise 2 · The bytes of one step
+# ### Predict before you run
+#
+# Four workers on 4 devices, one parameter vector `w` of 3 values, replicated; worker m's loss
+# is `mean(w · x_m)`. Each device takes `jax.grad` of its own loss inside a `shard_map` with
+# `check_vma=True`, then `pmean`s it over `"workers"`. By what factor is the result off from
+# the gradient of the mean loss over the 4 workers?
+#
+# <details><summary>Answer</summary>4, the number of devices. With <code>check_vma=True</code>
+# JAX knows <code>w</code> is the same on every device while each device's loss differs, so
+# using <code>w</code> is an implicit broadcast; autodiff transposes it into a sum over the
+# devices, and the gradient arrives already summed. The <code>pmean</code> then averages 4
+# identical sums and changes nothing. With <code>check_vma=False</code> each device gets its
+# local gradient and the <code>pmean</code> averages them: factor 1. On a single chip there is
+# one device, nothing to sum, and the bug hides (factor 1 both ways).</details>
+
+# %%
+mesh4 = dl.worker_mesh(4)
+x_4x3 = jnp.arange(12.0).reshape(4, 3)  # row m: worker m's data
+w = jnp.ones(3)
+
+
+def toy_grad(w, x_Wx3):  # this device's workers' mean loss, its gradient, the mean over devices
+    return jax.lax.pmean(jax.grad(lambda w: jnp.mean(w * x_Wx3))(w), "workers")
+
+
+true = jax.grad(lambda w: jnp.mean(w * x_4x3))(w)
+for check_vma in (True, False):
+    toy = jax.jit(jax.shard_map(toy_grad, mesh=mesh4.mesh, in_specs=(jax.P(), jax.P("workers")),
+                                out_specs=jax.P(), check_vma=check_vma))
+    got = toy(jax.device_put(w, mesh4.sharding()), jax.device_put(x_4x3, mesh4.sharding("workers")))
+    print(f"check_vma={check_vma}: {float(jnp.mean(got / true)):g} × the true gradient "
+          f"({mesh4.devices} device(s))")
+
+# %% [markdown]
+# ### Predict before you run
+#
+# The training loop of notebook 01 uses AdamW. Suppose your gradient came out 8 times too
+# large at every step. How does AdamW's first update compare with the right one? And plain SGD's?
+#
+# <details><summary>Answer</summary>AdamW's update is the same (to its tiny ε); SGD's is 8
+# times larger. Adam divides the gradient's running mean by the root of its running mean
+# square, so a constant factor cancels. That is why the M× bug can train "fine" and go
+# unnoticed in a loss curve: it still shows wherever the raw gradient counts (SGD, a
+# gradient-clipping threshold, a logged gradient norm), and the compiled step still
+# all-reduces twice (notebook 01 §3).</details>
+
+# %%
+import optax
+
+g = {"w": jnp.array([0.3, -1.2, 0.01])}  # some gradient
+zeros = {"w": jnp.zeros(3)}
+for name, opt in [("AdamW", optax.adamw(1e-3)), ("SGD", optax.sgd(1e-3))]:
+    state = opt.init(zeros)
+    right, _ = opt.update(g, state, zeros)
+    wrong, _ = opt.update(jax.tree.map(lambda x: 8 * x, g), state, zeros)
+    print(f"{name}: update from 8× the gradient / update from the gradient = "
+          f"{[round(float(r), 4) for r in wrong['w'] / right['w']]}")
+
+# %% [markdown]
+# ## Exercise 2 · The bytes of one step ★☆☆
 #
 # The step above all-reduces the gradient (one float32 per parameter) and the loss. How many
 # bytes does **one** worker contribute? (`count_params(params)` counts the parameters.)

@@ -20,6 +20,12 @@
 # worked out by hand with the notebook's model of a step; the checks compare them with the
 # simulator (`diloco_lite.systems.bandwidth`) and name the piece a wrong answer leaves out.
 #
+# Difficulty: ★☆☆ warm-up (minutes) · ★★☆ a few lines, needs the notebook · ★★★ assemble or
+# derive something new.
+#
+# **Predict before you run**: write your answer down first, then run the cell below the
+# question (it uses the simulator, none of your code) and open the hidden answer.
+#
 # The setting: a model of N = 10¹⁰ parameters, T = 1.6 s of compute per step, R = 8
 # datacenters, and a target compute utilization u = 90%.
 
@@ -47,22 +53,27 @@ dl.emulate_devices(8)
 
 # %%
 from diloco_lite.exercises import check_ddp_bandwidth, check_decoupled_bandwidth
+from diloco_lite.systems import bandwidth as bw
 
 N, T, R, u = 10e9, 1.6, 8, 0.9
 
 # %% [markdown]
-# ## Exercise 1 · Data-parallel training
+# ## Exercise 1 · Data-parallel training ★★☆
 #
-# DDP all-reduces the bf16 gradient (16 bits per parameter) every step. A ring all-reduce over
-# R replicas moves $2(R-1)/R$ times the payload through each link. The transfer starts with
-# the backward pass (the last 2T/3 of the step) in 32 buckets; all but the last hide behind
-# the backward pass, $h = \frac{2T}{3}\left(1 - \frac{1}{32}\right)$, and at utilization u a
-# step may stall $T(1-u)/u$ more. The bandwidth needed, in Gbit/s:
+# What is the slowest link (in Gbit/s) at which DDP still reaches utilization u? The pieces,
+# from notebook 05's model of a step:
 #
-# $$B = \frac{N \cdot 16 \cdot 2(R-1)/R}{h + T(1-u)/u} \Big/ 10^9$$
+# - DDP all-reduces the bf16 gradient (16 bits per parameter) every step, on a ring: each link
+#   carries $2(R-1)/R$ times the payload;
+# - the gradient leaves in 32 equal buckets, released one by one during the backward pass (the
+#   last 2T/3 of the step), the first when 1/32 of it is done: the link works behind the
+#   backward pass from that first release to the pass's end, and whatever transfer time is
+#   left after that is a stall;
+# - utilization is $u = T / (T + \text{stall})$, where the stall is whatever of the transfer
+#   did not hide.
 
 # %%
-# TODO: the link speed DDP needs, in Gbit/s
+# TODO: b_ddp, the link speed DDP needs to reach utilization u, in Gbit/s
 # BEGIN SOLUTION
 on_wire = N * 16 * 2 * (R - 1) / R  # bits through each link per step
 hidden = 2 * T / 3 * (1 - 1 / 32)
@@ -71,20 +82,57 @@ b_ddp = on_wire / (hidden + T * (1 - u) / u) / 1e9
 check_ddp_bandwidth(b_ddp, n_params=N, step_time_s=T, replicas=R, target_utilization=u)
 
 # %% [markdown]
-# ## Exercise 2 · Decoupled DiLoCo
+# ### Predict before you run
+#
+# Halve the step time (T = 0.8 s, a chip twice as fast), same model, same 8 replicas, same
+# target u = 90%. Does the bandwidth DDP needs double, more than double, or less?
+#
+# <details><summary>Answer</summary>Exactly double. Every time in the model scales with T:
+# the backward pass that hides the transfer (2T/3) and the stall the target allows
+# (T(1 − u)/u). The same bits must cross in half the time. This is why notebook 05 says every
+# bandwidth scales with parameters / step time: a faster chip needs a faster
+# link.</details>
+
+# %%
+need = [bw.required_bandwidth(dl.DDP(), n_params=N, step_time_s=step_s, target_utilization=u,
+                              replicas=R) for step_s in (T, T / 2)]
+print(f"T = {T / 2:g} s needs {need[1] / need[0]:.3f}× the bandwidth of T = {T:g} s")
+
+# %% [markdown]
+# ## Exercise 2 · Decoupled DiLoCo ★☆☆
 #
 # Each learner uploads one of P = 24 fragments per step, in 4 bits, to the syncer over its own
 # link (no ring). With two steps of slack (τ = 2) the deadline never binds: the link only has
-# to keep up on average, and at utilization u a step lasts T/u:
-#
-# $$B = u \cdot \frac{N \cdot 4 / P}{T} \Big/ 10^9$$
+# to keep up on average with the uploads, and at utilization u a step lasts T/u. How fast must
+# that link be?
 
 # %%
-# TODO: the link speed Decoupled DiLoCo needs, in Gbit/s
+# TODO: b_decoupled, the link speed a Decoupled DiLoCo learner needs at utilization u, in
+# Gbit/s
 # BEGIN SOLUTION
 b_decoupled = u * (N * 4 / 24) / T / 1e9
 # END SOLUTION
 check_decoupled_bandwidth(b_decoupled, n_params=N, step_time_s=T, target_utilization=u)
+
+# %% [markdown]
+# ### Predict before you run
+#
+# Spread the same training over 64 datacenters instead of 8 (same model, step time and
+# target). By what factor does each method's bandwidth per link grow: DDP's, and Decoupled
+# DiLoCo's?
+#
+# <details><summary>Answer</summary>DDP: only 1.125×, because the ring factor 2(R − 1)/R
+# goes from 1.75 to 1.97 and can never exceed 2; each link carries at most twice the gradient
+# however long the ring. Decoupled DiLoCo: 1×, unchanged, because each learner uploads its own
+# fragment over its own link to the syncer, and more learners do not put more bits on any
+# learner's link (the syncer's side is another matter).</details>
+
+# %%
+for method in (dl.DDP(), dl.DecoupledDiLoCo(down_bits=4)):
+    need = [bw.required_bandwidth(method, n_params=N, step_time_s=T, target_utilization=u,
+                                  replicas=r) for r in (8, 64)]
+    print(f"{type(method).__name__}: R = 64 needs {need[1] / need[0]:.3f}× the bandwidth "
+          "per link of R = 8")
 
 # %% [markdown]
 # The ratio of the two is the structure of the methods (ring factor × bits × fragments) times

@@ -21,6 +21,12 @@
 # (`diloco_lite.clock.exchange_cost`), which the testbed measured within a few percent, and
 # name the piece a wrong answer leaves out. Each check prints **✔** or **✘**.
 #
+# Difficulty: ★☆☆ warm-up (minutes) · ★★☆ a few lines, needs the notebook · ★★★ assemble or
+# derive something new.
+#
+# **Predict before you run**: write your answer down first, then run the cell below the
+# question (it uses the library, none of your code) and open the hidden answer.
+#
 # The setting: M = 4 hosts of one device each, joined in a ring; a DiLoCo sync all-gathers one
 # fp32 payload of S = 434,688 bytes (the default model) per host.
 
@@ -47,25 +53,45 @@ import diloco_lite as dl
 dl.emulate_devices(8)
 
 # %%
+from diloco_lite.clock import Link, exchange_cost
 from diloco_lite.exercises import check_gather_bytes, check_sync_time
 
 M, S = 4, 434_688
 
 # %% [markdown]
-# ## Exercise 1 · The bytes of one all-gather
+# ## Exercise 1 · The bytes of one all-gather ★☆☆
 #
 # In a ring all-gather every host passes what it received on to its right neighbour, until each
 # host holds all M payloads. How many bytes leave one host in one sync?
 
 # %%
-# TODO: bytes that leave one host in one DiLoCo sync
+# TODO: gather_bytes, the bytes that leave one host in one DiLoCo sync
 # BEGIN SOLUTION
 gather_bytes = (M - 1) * S
 # END SOLUTION
 check_gather_bytes(gather_bytes, payload_bytes=S, hosts=M)
 
 # %% [markdown]
-# ## Exercise 2 · How long the clock charges that sync
+# ### Predict before you run
+#
+# Double the ring to 8 hosts, same payload. By what factor grow the bytes that leave each host
+# in one all-gather (DiLoCo's sync)? And in one all-reduce of the same payload (DDP's)?
+#
+# <details><summary>Answer</summary>The all-gather's grow 7/3 ≈ 2.33×: each host forwards
+# every other host's payload, M − 1 of them, so its traffic grows with the ring. The
+# all-reduce's only 1.75/1.5 ≈ 1.17×: its 2(M − 1)/M never exceeds 2, because the payloads
+# are summed on the way. The price of an all-gather (each learner's Δ arrives intact, for the
+# b-bit wire format and the RDA merge) grows with the number of hosts; the hops grow for both
+# (3 → 7 and 6 → 14).</details>
+
+# %%
+for gather, name in ((True, "all-gather"), (False, "all-reduce")):
+    (four, hops_4), (eight, hops_8) = exchange_cost(4, gather), exchange_cost(8, gather)
+    print(f"{name}: 8 hosts send {eight / four:.3f}× the bytes per host of 4 hosts, "
+          f"in {hops_8} hops instead of {hops_4}")
+
+# %% [markdown]
+# ## Exercise 2 · How long the clock charges that sync ★★☆
 #
 # Each host's link runs at 100 Mbit/s and every message waits 5 ms of latency. The ring's
 # messages follow each other: M − 1 sequential hops. How many seconds does one sync take on
@@ -73,11 +99,34 @@ check_gather_bytes(gather_bytes, payload_bytes=S, hosts=M)
 
 # %%
 rate, latency = 100e6, 0.005  # bit/s, s
-# TODO: seconds of one sync: the bytes on the link, plus one latency per hop
+# TODO: sync_s, the seconds the simulated clock charges one sync on this link
 # BEGIN SOLUTION
 sync_s = (M - 1) * S * 8 / rate + (M - 1) * latency
 # END SOLUTION
 check_sync_time(sync_s, payload_bytes=S, hosts=M, gbit_per_s=0.1, latency_s=0.005)
+
+# %% [markdown]
+# ### Predict before you run
+#
+# Double the links to 200 Mbit/s, same 5 ms latency. Does one sync on the 4-host ring take half
+# as long?
+#
+# <details><summary>Answer</summary>No: it is 1.78× faster, not 2×. Only the transfer
+# halves (about 0.10 s → 0.05 s); the 3 hops still wait 5 ms each. The faster the link, the
+# more the latency dominates: at 10 Gbit/s the same sync takes 16 ms, 15 of them
+# latency.</details>
+
+# %%
+factor, hops = exchange_cost(M, gather=True)
+
+
+def clock_sync_s(gbit_per_s):  # what the simulated clock charges one sync on the 4-host ring
+    return Link(gbit_per_s=gbit_per_s).busy_s(factor * S) + hops * latency
+
+
+for gbit in (0.2, 10.0):
+    print(f"{gbit:g} Gbit/s: {clock_sync_s(0.1) / clock_sync_s(gbit):.2f}× faster than "
+          f"100 Mbit/s; latency is {hops * latency / clock_sync_s(gbit):.0%} of the sync")
 
 # %% [markdown]
 # With H = 10 steps between syncs, that sync adds sync_s / 10 to every step; DDP instead
