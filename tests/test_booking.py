@@ -16,7 +16,7 @@ import pytest
 
 import diloco_lite as dl
 from diloco_lite.algorithms.learners import close_fn
-from diloco_lite.clock import Cluster, FailureRate
+from diloco_lite.clock import Cluster, FailureRate, Link
 from diloco_lite.clock.plan import make_plan
 from diloco_lite.devices import AXIS, worker_mesh
 from diloco_lite.wire import WireFormat
@@ -93,6 +93,27 @@ def test_steps_after_a_merged_answer_are_overwritten_not_merged():
     assert f["goodput"] == pytest.approx(10 / 12.6)
 
 
+def test_an_answer_merged_before_its_learner_fails_is_useful():
+    """Issue 30 defect 2, the books. M = K = 2, P = 1, H = 4, τ = 0, 12 steps, answers and
+    fragments take 2 s (latency); learner 1 down from 7 s to 10 s. Asks at 4 s and 12 s.
+    The first sync closes at 6 s with both answers (4 steps each) and is published at 8 s:
+    learner 1 failed in between, but its 4 steps are in that merge (useful); its steps 5-7 are
+    lost. Learner 0 applies the merge after its step 8: its steps 5-8 are overwritten (lost).
+    The ask at 12 s merges learner 0's steps 9-12 and learner 1's 11-12 (back at 10 s),
+    published at 16 s, after the budget ran out at 14 s (learner 0's 14th step; learner 1 has
+    done 10): steps 13-14 of learner 0 and 13 of learner 1 are in no merge (lost).
+    Useful 4 + 4 + 4 + 2 = 14, lost 3 + 4 + 3 = 10. (Booked at the publish, after the failure,
+    learner 1's merged answer used to count as lost: 10 useful, 14 lost.)"""
+    pl = plan(Cluster(link=dl.Link(latency_s=2.0), failures=((1, 7.0, 10.0),)), workers=2,
+              quorum=2)
+    assert [(c.time_s, (c.weights / T2).tolist()) for c in events(pl, "close")] == [
+        (8.0, [4, 4]), (16.0, [4, 2])]
+    assert [len(t) for t in pl.step_time] == [14, 10]
+    f = final(pl)
+    assert (f["learner_steps"], f["useful_steps"], f["lost_steps"]) == (24, 14, 10)
+    assert f["overlap_lost_steps"] == 4  # overwritten by an arrival: learner 0's steps 5-8
+
+
 def test_the_overlap_share_kept_by_alpha():
     """Lock-step Streaming DiLoCo, P = 1, H = 4, τ = 1, α = 0.5, 8 steps, equal speeds: the sync
     after step 4 merges 4 steps per worker; the arrival after step 5 keeps half of step 5's
@@ -109,6 +130,12 @@ SCENARIOS = [
     dict(cluster=Cluster(step_time_s=(1, 1, 1.7), failures=((2, 8.2, 20.0),)), workers=3,
          steps=30, inner_steps=3, fragments=3, overlap=2, mix=0.5),
     dict(cluster=Cluster(step_time_s=(1, 4)), workers=2, steps=12, inner_steps=4, overlap=3),
+    # a finite link (an answer takes 2.35 s, a fragment 1.63 s down) and failures: learner 1
+    # fails at 7 s, after the close of fragment 1 that merged its answer (6.35 s) and before
+    # its publish (7.98 s); learner 2 fails while its answer is on the wire
+    dict(cluster=Cluster(link=Link(gbit_per_s=1e-6, latency_s=1.55), step_time_s=(1, 1, 1.3),
+                         failures=((1, 7.0, 10.5), (2, 13.4, 15.0))),
+         workers=3, steps=40, inner_steps=4, fragments=2, overlap=1, quorum=2),
     dict(cluster=Cluster(failures=FailureRate(mtbf_s=40, down_s=6)), workers=4, steps=60,
          algo=dl.DiLoCo(inner_steps=5)),
     dict(cluster=Cluster(failures=FailureRate(mtbf_s=40, down_s=6)), workers=4, steps=60,

@@ -70,6 +70,7 @@ class LearnerRules:
             elif isinstance(a, Close):
                 for m in range(self.M):
                     self.asked[m].pop(a.p, None)
+                self.rec.closing(a.p, a.weights)  # its answers are in the merge from now on
                 for m in a.dropped:
                     self.rec.drop(a.p, m)  # closed without it: its work stays unmerged in m
             self.on_action(a, t)

@@ -26,7 +26,8 @@ in a Δ that a merge used (an outer step, or the end-of-run flush). Its work on 
 for p's share of the parameters, so a step can be partly useful. Every other step is *lost*:
 
 - a failed learner's work not yet merged (the syncer gives a failed learner weight 0, so an
-  answer it had already sent is dropped too);
+  answer it had already sent is dropped too; one a sync closed with before the failure is in
+  that merge, published or not: useful);
 - work that an arriving fragment overwrites (θ ← α·θ + (1−α)·Θ replaces a share 1 − α of the
   learner's unmerged work): an answer the syncer closed without (too late for a quorum of K),
   and — the *overlap* loss, `overlap_lost_steps` — the steps a learner took between its merged
@@ -96,8 +97,9 @@ class Recorder:
     simulated time, in Gbit/s), outer steps, quorum waits.
 
     Per learner m and fragment p it tracks the work not yet merged (`pending`, in steps; a float
-    because an arrival keeps a share α of it) and the part of it in an answer on the wire
-    (`wire`), so that a merge books exactly the steps its Δ holds.
+    because an arrival keeps a share α of it), the part of it in an answer on the wire
+    (`wire`), and the part in an answer a closed sync holds, whose merge is not published yet
+    (`merging`), so that a merge books exactly the steps its Δ holds.
     """
 
     def __init__(self, timeline: Timeline, *, up_nbytes, down_nbytes, sizes, rejoin_nbytes=0,
@@ -114,6 +116,7 @@ class Recorder:
         self.since = [[0] * p for _ in range(m)]  # steps since the learner's base of fragment p
         self.pending = [[0.0] * p for _ in range(m)]  # work of fragment p not yet merged
         self.wire = [[0.0] * p for _ in range(m)]  # ... of which in an answer on the wire
+        self.merging = [[0.0] * p for _ in range(m)]  # ... in a closed sync, not published
         self.merged = [[False] * p for _ in range(m)]  # last answer merged, result not applied
         self.c = dict(processed=0, useful=0.0, lost=0.0, overlap_lost=0.0, up=0, down=0,
                       outer_steps=0, syncer_wait_s=0.0, failures=0)
@@ -135,10 +138,11 @@ class Recorder:
             self.pending[m][p] += 1.0
 
     def fail(self, m: int) -> None:
-        """Learner m failed: its work not yet merged is lost, answers on the wire included."""
+        """Learner m failed: its work not yet merged is lost, answers on the wire included (an
+        answer a sync closed with is in that merge: it stays, to be booked when published)."""
         self.c["failures"] += 1
-        self._lose(m, self.pending[m])
-        self.pending[m], self.wire[m] = [0.0] * self.P, [0.0] * self.P
+        self._lose(m, [a - b for a, b in zip(self.pending[m], self.merging[m], strict=True)])
+        self.pending[m], self.wire[m] = list(self.merging[m]), [0.0] * self.P
         self.merged[m] = [False] * self.P
 
     # ---- events -------------------------------------------------------------------------------
@@ -149,6 +153,13 @@ class Recorder:
         for m in learners:
             self.wire[m][p] = self.pending[m][p]
         self._event("send", t, p, learners, flush=flush)
+
+    def closing(self, p: int, learners) -> None:
+        """The sync of fragment p closed with these learners' answers: their work is in the
+        merge (booked as useful when it is published, `close`), a failure meanwhile or not."""
+        for m in learners:
+            self.merging[m][p] += self.wire[m][p]
+            self.wire[m][p] = 0.0
 
     def drop(self, p: int, m: int) -> None:
         """The sync of fragment p closed without learner m's answer (it came too late): the work
@@ -166,10 +177,10 @@ class Recorder:
         w = np.zeros(self.M, np.float32)
         for m, x in weights.items():
             w[m] = x
-            merged = self.pending[m][p] if upload else self.wire[m][p]
+            merged = self.pending[m][p] if upload else self.merging[m][p] + self.wire[m][p]
             self.c["useful"] += self.share[p] * merged
             self.pending[m][p] -= merged
-            self.wire[m][p] = 0.0
+            self.wire[m][p] = self.merging[m][p] = 0.0
             self.merged[m][p] = not flush
         down = receivers * self.down_nbytes[p]
         self.c["down"] += down
@@ -185,15 +196,16 @@ class Recorder:
 
     def arrive(self, p: int, learners, t: float) -> None:
         """The learners take fragment p: θ ← α·θ + (1−α)·Θ overwrites a share 1 − α of their
-        unmerged work (an answer still on the wire stays: it may be merged yet)."""
+        unmerged work (an answer still on the wire stays: it may be merged yet; one in a closed
+        sync's merge too)."""
         learners = list(learners)
         for m in learners:
-            free = self.pending[m][p] - self.wire[m][p]
+            free = self.pending[m][p] - self.wire[m][p] - self.merging[m][p]
             lost = (1.0 - self.mix) * free * self.share[p]
             self.c["lost"] += lost
             if self.merged[m][p]:  # the steps after its merged answer: the overlap
                 self.c["overlap_lost"] += lost
-            self.pending[m][p] = self.wire[m][p] + self.mix * free
+            self.pending[m][p] = self.wire[m][p] + self.merging[m][p] + self.mix * free
             self.since[m][p], self.merged[m][p] = 0, False
         self._event("arrive", t, p, learners)
 
@@ -219,6 +231,7 @@ class Recorder:
             for m in range(self.M):
                 self._lose(m, self.pending[m])
                 self.pending[m], self.wire[m] = [0.0] * self.P, [0.0] * self.P
+                self.merging[m] = [0.0] * self.P
         peak = max((b for k, b in self.bins.items() if k != FLUSH_BIN), default=0)
         peak_down = max(self.down_bins.values(), default=0)
         offered = self.timeline.offered_steps(t)
@@ -237,7 +250,7 @@ class Recorder:
     # ---- lock-step restarts -------------------------------------------------------------------
     def mark(self) -> dict:
         """A restore point (a lock-step checkpoint): everything a restart takes back."""
-        keep = ("since", "pending", "wire", "merged")
+        keep = ("since", "pending", "wire", "merging", "merged")
         return dict(events=len(self.events), steps=[len(x) for x in self.index],
                     state={k: copy.deepcopy(getattr(self, k)) for k in keep},
                     c={k: self.c[k] for k in ("processed", "useful", "lost", "overlap_lost")})
