@@ -29,3 +29,10 @@ def check_positive(field: str, value: Any) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     ok = ok and value == value and value > 0 and value != float("inf")
     check(ok, field, value, "a finite number > 0")
+
+
+def check_nonnegative(field: str, value: Any) -> None:
+    """`value` must be a finite real number >= 0."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = ok and value == value and 0 <= value != float("inf")
+    check(ok, field, value, "a finite number >= 0")

@@ -132,6 +132,9 @@ def test_the_actor_runtime_refuses_other_methods_and_says_what_it_needs(monkeypa
 
     with pytest.raises(ValueError, match="RunConfig.algorithm"):
         train_actors(tiny_run(dl.DiLoCo(inner_steps=2)))
+    for field, value in (("hold_s", -0.01), ("start_in_s", float("nan")), ("stall_s", 0)):
+        with pytest.raises(ValueError, match=f"{field}={value!r} is invalid"):
+            train_actors(decoupled(), **{field: value})
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r"diloco_lite\[cluster\]"):
         train_actors(decoupled())

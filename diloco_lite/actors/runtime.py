@@ -41,6 +41,7 @@ import warnings
 import numpy as np
 
 from ..config import DecoupledDiLoCo, check
+from ..validate import check_nonnegative, check_positive
 
 POLL_S = 0.02  # how often the driver looks at the actors
 
@@ -244,6 +245,9 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
     check(isinstance(config.algorithm, DecoupledDiLoCo), "RunConfig.algorithm",
           type(config.algorithm).__name__, "a DecoupledDiLoCo (the actor runtime runs "
           "Decoupled DiLoCo; the lock-step methods run on jax.distributed: diloco_lite.launch)")
+    check_nonnegative("hold_s", hold_s)
+    check_nonnegative("start_in_s", start_in_s)
+    check_positive("stall_s", stall_s)
     ray = _ray()
     corpus, model, _, _ = setup(config, workers=1)
     params = init_params if init_params is not None else model.init(config.seed)

@@ -49,6 +49,7 @@ from ..clock.schedule import Schedule
 from ..clock.syncer import ASK, BOUNDARY, DEADLINE, END, FAIL, RESPONSE  # at equal times
 from ..clock.syncer_state import AskAt, Close, SetDeadline, SyncerState
 from ..training import eval_points
+from ..validate import check_nonnegative
 from .theta import SyncerParams
 
 
@@ -80,6 +81,7 @@ class SyncerRuntime:
     parameters for `config.seed`; module docstring)."""
 
     def __init__(self, config, params=None, hold_s: float = 0.01):
+        check_nonnegative("hold_s", hold_s)
         algo = config.algorithm
         self.theta = theta = SyncerParams(config, params)  # Θ, the outer states, the merges
         d = theta.driver
