@@ -16,9 +16,18 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/00_emulated_devices.ipynb)
 #
+# > **You will learn** the few JAX pieces every later notebook is built from: lay devices out
+# > on a mesh, place an array's pieces on them, write the program of one device with
+# > `shard_map`, make devices talk with collectives (`psum`, `pmean`), and count the bytes
+# > those collectives move by reading the compiled program.
+# > **You need** nothing but Python and a little NumPy.
+# > **Time:** quick ≈ 6 s; full ≈ 7 s (it trains nothing: both modes run the same code here).
+# > **Quick or full:** from notebook 01 on, quick mode trains smaller runs through the same code.
+# > It is on in Colab and CI; elsewhere run `%env DILOCO_LITE_QUICK=1` before the first cell
+# > (`=0` for full on Colab).
+#
 # Every notebook in this course trains on **8 devices** that are really one CPU pretending to be
-# eight (on a Colab GPU or TPU runtime, the chips it has). This notebook introduces the few JAX
-# pieces everything else is built from:
+# eight (on a Colab GPU or TPU runtime, the chips it has). The pieces, in order:
 #
 # 1. a **device mesh**: devices laid out along named axes (ours has one axis, `"workers"`);
 # 2. a **sharding**: which piece of an array lives on which device;
@@ -54,8 +63,9 @@ dl.emulate_devices(8)  # first, before any other JAX work (even jax.devices())
 # %% [markdown]
 # ## 1. The devices
 #
-# XLA decides how many CPU devices exist when its backend starts, so `emulate_devices(8)` must
-# run before anything touches JAX's backend. (Call it too late and it tells you to restart.)
+# XLA, the compiler JAX hands every program to, decides how many CPU devices exist when its
+# backend starts, so `emulate_devices(8)` must run before anything touches JAX's backend.
+# (Call it too late and it tells you to restart.)
 # On a laptop or a Colab CPU runtime `jax.devices()` then lists **8 CPU devices**; on a Colab
 # GPU runtime it lists the one GPU, on a TPU runtime its TPU cores. We use whatever
 # `jax.devices()` gives, as the library does, and write every example for **D** devices: the
@@ -118,8 +128,9 @@ print("device", D - 1, "holds", block[mesh.devices.flat[-1]])
 print("replicated: every device holds", x_replicated.addressable_shards[0].data.shape, "values")
 
 # %% [markdown]
-# The library builds the same mesh and shardings for you: `dl.worker_mesh(M)` lays `M` workers
-# on the axis `"workers"`, and `.sharding(*spec)` is this `NamedSharding`.
+# The library builds the same mesh and shardings for you: `dl.worker_mesh(M)` lays `M`
+# **workers** (copies of the model, each training on its own slice of the data; notebook 01
+# puts them to work) on the axis `"workers"`, and `.sharding(*spec)` is this `NamedSharding`.
 
 # %%
 wm = dl.worker_mesh(D)
@@ -151,8 +162,9 @@ assert np.array_equal(per_device_sums(x_sharded), blocks_Dx.sum(axis=1))  # 4d +
 # ## 5. Collectives: `psum` and `pmean`
 #
 # A device can only learn about other devices' data through a **collective**. The one that
-# matters for data-parallel training is the **all-reduce**: every device contributes an array
-# and every device receives the sum (`psum`) or the mean (`pmean`) of all contributions.
+# matters for data-parallel training (notebook 01) is the **all-reduce**: every device
+# contributes an array and every device receives the sum (`psum`) or the mean (`pmean`) of all
+# contributions.
 #
 # By hand, with 8 devices, device `d` holding `[2d, 2d + 1]`:
 #
@@ -187,8 +199,9 @@ assert np.array_equal(pmean_blocks(x_sharded), blocks_Dx.mean(axis=0))  # [7, 8]
 # ## 6. Several workers per device
 #
 # The papers use more workers than we have devices (and Colab has one GPU). The fix: give each
-# device a *stack* of workers on a leading axis, run the per-worker function with `jax.vmap`
-# over that stack, then reduce across devices with a collective. `dl.worker_mesh(16)` does the
+# device a *stack* of workers on a leading axis, run the per-worker function over that stack
+# with `jax.vmap` (which turns a function of one item into one batched program over a leading
+# axis), then reduce across devices with a collective. `dl.worker_mesh(16)` does the
 # layout: on 8 devices, 2 workers per device; on one chip, all 16.
 #
 # Toy example: worker `m` holds the number `m` and computes `m²`; we want the mean over the 16
@@ -236,11 +249,16 @@ print("\n".join(line.strip().split(", metadata")[0] for line in hlo.splitlines()
 # adds up the bytes each device contributes. It is how the library cross-checks the bytes it
 # books in training histories.
 #
-# A known case: each device all-reduces a gradient-like pytree with a `f32[32, 10]` weight and
-# a `f32[10]` bias. By hand: $(32 \cdot 10 + 10) \times 4 = \mathbf{1320}$ bytes, in one
-# all-reduce (XLA combines the two arrays into one tuple). It is also exactly the size of one
-# device's tree in fp32, `WireFormat(32).tree_nbytes(tree)`. On a ring all-reduce each device
-# then moves $2(D-1)/D$ of that on the wire.
+# A known case: each device all-reduces a gradient-like *pytree* (JAX's word for a nested
+# dict, list or tuple of arrays) with a `f32[32, 10]` weight and a `f32[10]` bias. By hand:
+# $(32 \cdot 10 + 10) \times 4 = \mathbf{1320}$ bytes, in one all-reduce (XLA combines the two
+# arrays into one tuple). It is also exactly the size of one device's tree in fp32,
+# `WireFormat(32).tree_nbytes(tree)`.
+#
+# How it crosses the network is the collective's *algorithm*. The usual one, the **ring
+# all-reduce**, passes chunks of 1/D of the array around a ring of the D devices, once to add
+# them up (a *reduce-scatter*) and once to hand the sums out (an *all-gather*): each device
+# sends $2(D-1)/D$ of what it contributes. Notebook 07 counts it hop by hop on real links.
 
 # %%
 stacked = {"w": jnp.ones((D, 32, 10)), "b": jnp.ones((D, 10))}  # one slice per device
@@ -256,11 +274,45 @@ print(f"on a ring, per device: {report['total'] * 2 * (D - 1) / D:,.0f} bytes")
 
 # %% [markdown]
 # And a program with no collective at all, like `per_device_sums`, compiles to **zero**
-# collective bytes: each device only touches its own block. DiLoCo's inner steps will look like
-# that.
+# collective bytes: each device only touches its own block. DiLoCo (notebook 02), whose workers
+# train alone between two synchronizations, compiles its inner steps to exactly that.
 
 # %%
 assert collective_bytes(per_device_sums, x_sharded)["total"] == 0
+
+# %% [markdown]
+# ## Takeaways
+#
+# - A mesh names the devices; a sharding places an array's pieces on it; `shard_map` writes
+#   the program of one device, which sees only its own piece.
+# - Collectives are the only way devices talk: `psum` and `pmean` give every device the same
+#   sum or mean (an all-reduce).
+# - Several workers share a device as a stack run with `jax.vmap`, then one collective across
+#   the devices.
+# - The compiled HLO says exactly which collectives run and how many bytes each device
+#   contributes (`collective_bytes`); a program with none moves zero bytes.
+#
+# Next, notebook 01 builds data-parallel training (DDP) from these pieces: one all-reduce of
+# the full gradient every step.
+#
+# ## Check yourself
+#
+# 1. Predict, then check in section 7 (`collective_bytes(pmean_blocks, x_sharded)`): with 8
+#    devices, how many bytes does each device contribute to the all-reduce of `pmean_blocks`,
+#    and does it differ from `psum_blocks`?
+#    <details><summary>Answer</summary>8 bytes, the same as <code>psum_blocks</code>: each
+#    device contributes its block of 2 float32 values. A <code>pmean</code> is a
+#    <code>psum</code> followed by a division on every device, which crosses no
+#    network.</details>
+# 2. In section 6, each device averages its own workers, then `pmean` averages the devices.
+#    Why is that the mean over all 16 workers?
+#    <details><summary>Answer</summary>Every device holds the same number of workers (16/D), so
+#    the mean of the device means weights every worker equally. With unequal stacks it would
+#    not.</details>
+# 3. Why must `dl.emulate_devices(8)` run before any other JAX work, even `jax.devices()`?
+#    <details><summary>Answer</summary>XLA fixes the number of CPU devices when its backend
+#    starts, and the first JAX call starts it; after that the count cannot change without
+#    restarting the kernel.</details>
 
 # %% [markdown]
 # ## Exercises
@@ -270,8 +322,3 @@ assert collective_bytes(per_device_sums, x_sharded)["total"] == 0
 # They are in `notebooks/exercises/00_emulated_devices.ipynb`
 # ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/00_emulated_devices.ipynb));
 # the solutions are in `notebooks/exercises/solutions/`.
-#
-# **Takeaways.** A mesh names the devices; a sharding places data on it; `shard_map` writes the
-# per-device program; collectives are the only communication, and the compiled HLO tells us
-# exactly how many bytes they move. Next, notebook 01 builds data-parallel training (DDP) from
-# these pieces: one all-reduce of the full gradient every step.

@@ -16,6 +16,16 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/01_ddp.ipynb)
 #
+# > **You will learn** data-parallel training (DDP) built by hand on the real model: each
+# > worker's gradient, one all-reduce, one identical update; the pitfall that silently
+# > multiplies the gradient by the number of devices; the bytes of a step read from the
+# > compiled program; and the library's DDP checked against all of it.
+# > **You need** notebook 00 (meshes, shardings, `shard_map`, `psum`/`pmean`, `collective_bytes`).
+# > **Time:** quick ≈ 1 min; full ≈ 4 min.
+# > **Quick or full:** quick mode trains smaller runs through the same code. It is on in Colab
+# > and CI; elsewhere run `%env DILOCO_LITE_QUICK=1` before the first cell (`=0` for full on
+# > Colab).
+#
 # DDP is the baseline every low-communication method is measured against. Each step:
 #
 # 1. each of the `M` workers computes the gradient of the loss on its own slice of the batch;
@@ -25,10 +35,6 @@
 # Averaging `M` gradients of mean losses over `B` sequences each is the gradient of the mean loss
 # over all `M·B` sequences, so DDP is *mathematically* one worker on a batch `M` times larger.
 # The price: the whole gradient crosses the network **every step**.
-#
-# We build it by hand on the real model and corpus, meet a pitfall that silently multiplies the
-# gradient by `M`, read the bytes in the compiled program, check the library against all of
-# it, and finally train.
 
 # %%
 # Where Colab installs diloco_lite from: this project's repository, your fork
@@ -212,7 +218,8 @@ assert max_diff(grads_outside, reference) < 1e-5
 # %% [markdown]
 # But autodiff inserts one all-reduce per **use** of a replicated parameter, not per
 # parameter. The tied embedding `E` is used twice: to look up the input characters and, as
-# `Eᵀ`, in the output head. Both cotangents cross the network before they are added, so the
+# `Eᵀ`, in the output head. Autodiff computes one *cotangent* (the gradient flowing back) per
+# use, and both cross the network before they are added, so the
 # all-reduce carries the embedding twice, once as `f32[76,64]` and once as `f32[64,76]`:
 
 # %%
@@ -269,8 +276,9 @@ assert max_diff(p_lib, p_one) < 1e-5
 # already holds (so AdamW's gradient clipping, used below, needs no extra communication).
 #
 # The training history books `M × payload` per step, the bytes all workers send:
-# 8 × 434,688 = 3,477,504 bytes per step. (A ring all-reduce moves $2(M-1)/M$ of the payload
-# per worker on the wire; the bandwidth simulator applies that factor.)
+# 8 × 434,688 = 3,477,504 bytes per step. (A ring all-reduce, notebook 00 section 7, moves
+# $2(M-1)/M$ of the payload per worker on the wire; notebook 05's bandwidth simulator applies
+# that factor.)
 
 # %%
 report = collective_bytes(hand_grad, params_r, batch_s)  # §2's step: the library's formulation
@@ -305,24 +313,45 @@ assert result.history.peak_step_bytes.eq(M * param_bytes).all()
 plots.save(training.loss_curves({"ddp": result}), "ddp_curves")
 
 # %% [markdown]
-# Every step sends the same 3.5 MB (left), so the total grows linearly with the steps (right,
-# on a log axis so that later methods fit on the same chart): 600 steps of this tiny model
-# already move about 2 GB. DiLoCo (notebook 02) aims at the same quality while synchronizing
-# only every `H` steps.
+# Every step sends the same bytes (left), so the total grows linearly with the steps (right,
+# on a log axis so that later methods fit on the same chart). In numbers:
 
 # %%
+print(f"{M * param_bytes / 1e6:.2f} MB per step; {config.steps} steps moved "
+      f"{final.comm_bytes / 1e9:.2f} GB")
 plots.save(training.bytes_per_step({"ddp": result}), "ddp_bytes")
 
 # %% [markdown]
-# **Takeaways.**
+# ## Takeaways
 #
 # - DDP = local gradient + one all-reduce + identical update; it equals large-batch training on
-#   one worker (asserted above).
-# - `jax.grad` inside a `check_vma=True` `shard_map`, then `pmean`, is `M` times too large:
-#   autodiff already summed the gradient over the devices.
+#   one worker (asserted in section 6).
+# - `jax.grad` inside a `check_vma=True` `shard_map`, then `pmean`, is `D` times too large:
+#   autodiff already summed the gradient over the devices. On one chip the bug hides.
 # - `jax.grad` outside the `shard_map` is correct but all-reduces one cotangent per *use* of a
 #   parameter: the tied embedding is sent twice.
-# - The compiled DDP step all-reduces exactly the gradient (plus the 4-byte loss), every step.
+# - The compiled DDP step all-reduces exactly the gradient (plus the 4-byte loss), every step,
+#   whatever the optimizer.
+#
+# Next, DiLoCo (notebook 02) aims at the same quality while synchronizing only every `H` steps.
+#
+# ## Check yourself
+#
+# 1. Predict, then check in section 3: how many times too large is the `check_vma=True`
+#    gradient on the 8 emulated devices, and on a one-GPU Colab runtime (the 8 workers stacked
+#    on one chip)?
+#    <details><summary>Answer</summary>D times: 8 on the emulated devices, 1 (that is, right)
+#    on one chip. Autodiff sums the gradient over the D devices, and a sum over one device is
+#    the gradient itself. That is why code tested on one device can break on many.</details>
+# 2. Predict, then check in sections 7 and 8: section 5's run uses plain SGD, section 8's uses
+#    AdamW with gradient clipping. Does either book more bytes per step?
+#    <details><summary>Answer</summary>No: both book M × 4 bytes per parameter per step (the
+#    asserts of sections 7 and 8). The optimizer runs after the all-reduce, on a gradient every
+#    device already holds, so even clipping's global norm needs no communication.</details>
+# 3. Why is 8 workers × B sequences the same as one worker with 8B sequences?
+#    <details><summary>Answer</summary>The gradient is linear: the mean of 8 gradients of mean
+#    losses over B sequences each is the gradient of the mean loss over all 8B sequences, and
+#    the corpus gives the one big worker exactly the same sequences.</details>
 
 # %% [markdown]
 # ## Exercises

@@ -16,15 +16,23 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/05_bandwidth.ipynb)
 #
-# Data-parallel training exchanges the whole gradient every step; DiLoCo every H steps;
-# Streaming DiLoCo one fragment at a time, overlapped with compute; Decoupled DiLoCo uploads
-# 4-bit fragments to a central syncer. How fast must the link between datacenters be so that
-# the accelerators are not left waiting?
+# > **You will learn** how fast the link between datacenters must be for each method to keep its
+# > accelerators busy: the bandwidth of DDP and of Decoupled DiLoCo derived by hand and checked
+# > against a small simulator, utilization curves, and the reconstruction of two published
+# > claims (198 → 0.84 Gbit/s between 8 datacenters; "more than 20× faster" across 4 regions).
+# > **You need** notebooks 01 (DDP's all-reduce, the ring factor), 02 and 03 (H, fragments P,
+# > overlap τ, 4-bit deltas) and 04 (Decoupled DiLoCo's learners upload to a syncer).
+# > **Time:** quick ≈ 15 s; full ≈ 15 s: both run the same simulations (quick mode only draws
+# > fewer points on the curves of section 2).
 #
-# This notebook answers with a small **discrete-event simulator** (`diloco_lite.systems.bandwidth`):
-# we first derive the key numbers by hand and check that the library agrees, then draw
-# utilization curves, build a required-bandwidth table, and reconstruct the announced
-# "8 datacenters: 198 Gbit/s with data-parallel, 0.84 Gbit/s with Decoupled DiLoCo".
+# Data-parallel training (DDP) exchanges the whole gradient every step; DiLoCo every H steps;
+# Streaming DiLoCo one fragment at a time, overlapped with compute; Decoupled DiLoCo's learners
+# upload 4-bit fragments to a central syncer. Here the methods train nothing: a small
+# **discrete-event simulator** (`diloco_lite.systems.bandwidth`, which jumps from one event, a
+# piece of gradient ready or a transfer done, to the next) times a step of a model with
+# billions of parameters. The Decoupled DiLoCo announcement (docs/algorithms.md §7) said
+# "8 datacenters: 198 Gbit/s with data-parallel, 0.84 Gbit/s with Decoupled DiLoCo" without
+# its inputs; section 4 reconstructs them.
 
 # %%
 # Where Colab installs diloco_lite from: this project's repository, your fork
@@ -50,7 +58,6 @@ dl.emulate_devices(8)
 
 import dataclasses
 import math
-import os
 
 from IPython.display import display
 
@@ -60,7 +67,7 @@ from diloco_lite import plots
 from diloco_lite.plots import bandwidth as bplots
 from diloco_lite.plots import tables
 
-QUICK = os.environ.get("DILOCO_LITE_QUICK") == "1"  # fewer curve points, same code paths
+QUICK = dl.quick_mode()  # fewer curve points, same code paths
 plots.enable()
 
 
@@ -82,15 +89,16 @@ def show_comparison(comparison):
 # 5. **Compute utilization** in the steady state:
 #    $u = \dfrac{\text{compute}}{\text{compute} + \text{stall}}$.
 #
-# A ring all-reduce over $R$ replicas moves $2(R-1)/R$ of the payload through each replica's
-# link. Decoupled DiLoCo uploads to the syncer instead, with no ring factor.
+# A ring all-reduce (notebook 00, section 7) over $R$ replicas moves $2(R-1)/R$ of the payload
+# through each replica's link. Decoupled DiLoCo uploads to the syncer instead, with no ring
+# factor.
 
 # %% [markdown]
 # ## 1. By hand: data-parallel training of a 10B model
 #
-# Bits per step: $10^{10}$ gradients × 16 bits (bf16). With 8 datacenters in a ring, each link
-# carries $2 \cdot 7/8 = 1.75$ times that. To hide the transfer behind the backward pass it must
-# take at most $2T/3$.
+# Bits per step: $10^{10}$ gradients × 16 bits (bf16, the 16-bit float format of
+# accelerators). With 8 datacenters in a ring, each link carries $2 \cdot 7/8 = 1.75$ times
+# that. To hide the transfer behind the backward pass it must take at most $2T/3$.
 
 # %%
 N, T, R = 10e9, 1.6, 8  # parameters, seconds per step, replicas (datacenters)
@@ -215,8 +223,8 @@ plots.save(bplots.required_chart(table), "bandwidth_required")
 # - ring factor 1.75 (8 datacenters) × 16/4 bits × 24 (a 1/24 fragment per step instead of
 #   the whole model) = **168×** of pure structure;
 # - times a timing factor $1 / (1 - u + u\,h/T)$ (DDP hides $h = \frac{2T}{3}(1 - \frac{1}{32})$
-#   per burst and may stall $(1-u)/u$ of a step; Decoupled is throughput-bound), which is 1.40
-#   at $u$ = 80%.
+#   per burst and may stall $(1-u)/u$ of a step; Decoupled is throughput-bound), printed
+#   below for $u$ = 80%.
 #
 # The 80% target fits the ratio; the absolute 198 Gbit/s then fixes parameters / step time,
 # e.g. a 12B model at 1.9 s per step.
@@ -225,8 +233,10 @@ plots.save(bplots.required_chart(table), "bandwidth_required")
 d = report.DEFAULT
 print("assumptions:", d.describe())
 h_over_t = (2 / 3) * (1 - 1 / d.buckets)
-ratio_hand = 1.75 * (16 / 4) * 24 / (1 - d.target_utilization + d.target_utilization * h_over_t)
+timing = 1 / (1 - d.target_utilization + d.target_utilization * h_over_t)
+ratio_hand = 1.75 * (16 / 4) * 24 * timing
 comparison = report.comparison_table(d)
+print(f"timing factor at u = {d.target_utilization:.0%}: {timing:.2f}")
 print(f"ratio by hand {ratio_hand:.1f}x, simulated {comparison.ours_gbps.iloc[2]:.1f}x, published "
       f"{comparison.published_gbps.iloc[2]:.1f}x")
 assert math.isclose(ratio_hand, comparison.ours_gbps.iloc[2], rel_tol=2 * bw.RESOLUTION)
@@ -246,15 +256,18 @@ display(show_comparison(comparison))
 wan = report.wan_speedup()
 display(wan.pivot(index="link_gbps", columns="method", values="seconds_per_step")
         .style.format("{:.1f} s").set_caption("seconds per step"))
-speedup = wan[wan.method == "data-parallel"].set_index("link_gbps").decoupled_speedup
+dp = wan[wan.method == "data-parallel"].set_index("link_gbps")
+speedup = dp.decoupled_speedup
 print("Decoupled DiLoCo vs data-parallel, ×:", speedup.round(0).to_dict())
+print(f"data-parallel on the fastest link ({dp.index.max():g} Gbit/s): "
+      f"{dp.seconds_per_step.iloc[-1]:.0f} s per step for 1.9 s of compute")
 assert (speedup > 20).all()
 
 # %% [markdown]
-# Data-parallel training ships a whole bf16 gradient every step, 12B × 16 bits × 2·3/4 bits on
-# a ring of 4, over a minute on a 5 Gbit/s link against 1.9 s of compute; Decoupled DiLoCo
-# ships a 24th of the model in 4 bits per step, fully hidden behind compute. Notebook 07
-# measures the same comparison on real, throttled links.
+# Data-parallel training ships a whole bf16 gradient every step, 12B × 16 bits × 2·3/4 on a
+# ring of 4: even on the fastest of these links a step spends far longer on the wire than on
+# compute. Decoupled DiLoCo ships a 24th of the model in 4 bits per step, fully hidden behind
+# compute. Notebook 07 measures the same kind of comparison on real, throttled links.
 #
 # ## 5. How much does each assumption matter?
 #
@@ -282,13 +295,13 @@ display(tables.styled(summary, times=list(summary.columns)))
 #
 # - **Parameters / step time** scales both figures together: it sets the absolute values, not
 #   the ratio.
-# - The **utilization target** moves DDP most (108 → 253 Gbit/s from 50% to 95%, and a wall
-#   at 99%) but the ratio only between ≈ 204× and ≈ 253× below 98%.
+# - The **utilization target** moves DDP most (more than doubling from 50% to 95%, and a wall
+#   at 99%), but below 98% the ratio moves much less (the last column).
 # - **Precision** (bf16 vs fp32 gradients; int4 vs int8/bf16 deltas) moves one figure by exactly
 #   its factor, and so does **H** up to 48. Beyond that, or with fewer fragments (P = 6) or no
-#   overlap (τ = 0), Decoupled's deadline starts to bind and it needs ≈ 1.4× more than the
-#   average rate. With a fragment every step or two and τ ≥ 1 its link is simply busy all the
-#   time, and only the average rate counts.
+#   overlap (τ = 0), Decoupled's deadline starts to bind and it needs more than the average
+#   rate (those rows sit above their factor). With a fragment every step or two and τ ≥ 1 its
+#   link is simply busy all the time, and only the average rate counts.
 # - **Number of datacenters** only enters the ring factor 2(R−1)/R (1 → 1.875), **latency**
 #   only affects DDP (Decoupled hides it behind τ steps), and **buckets** matter to DDP: with one
 #   bucket nothing hides behind the backward pass.
@@ -323,6 +336,36 @@ display(show_comparison(report.comparison_table(mine)))
 
 # %%
 print(bw.bench_sweep())
+
+# %% [markdown]
+# ## Takeaways
+#
+# - DDP's link must carry the whole gradient (times the ring factor) within the backward pass
+#   of every step; below that bandwidth every missing bit is a stall, and its last bucket
+#   never hides.
+# - DiLoCo needs about H times less bandwidth only when its stall budget dominates; the part
+#   DDP hides behind the backward pass does not grow with H.
+# - Decoupled DiLoCo sends a 1/P fragment in 4 bits every step with τ steps of slack: it only
+#   has to keep up with the average rate, orders of magnitude below DDP.
+# - The published 198 → 0.84 Gbit/s fits a 12B model at 1.9 s per step and an 80% target;
+#   the "20×" is a wall-clock speed-up, not a bandwidth ratio.
+#
+# ## Check yourself
+#
+# 1. Predict, then check in section 1: at 90% utilization, does DiLoCo with H = 100 need 100
+#    times less bandwidth than DDP?
+#    <details><summary>Answer</summary>No, about 16 times less: the ratio is
+#    (H·T(1−u)/u + h) / (T(1−u)/u + h). DDP hides h ≈ 1 s of each burst behind the backward
+#    pass, and that hidden part does not grow with H; only the allowed stall does.</details>
+# 2. Predict, then check in section 6: set `bits=8`. What happens to each method's bandwidth
+#    and to the ratio?
+#    <details><summary>Answer</summary>Decoupled DiLoCo's doubles (it is throughput-bound:
+#    twice the bits per step), DDP's does not move, so the ratio halves. Section 5's table
+#    shows the same.</details>
+# 3. Why does a latency per sync raise DDP's bandwidth but not Decoupled DiLoCo's?
+#    <details><summary>Answer</summary>DDP's data is due at the end of its own step, so every
+#    second of latency eats the stall budget; Decoupled DiLoCo's deadline is τ steps away, and
+#    the latency hides behind those steps of compute.</details>
 
 # %% [markdown]
 # ## Exercises

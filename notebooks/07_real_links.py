@@ -16,6 +16,20 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/07_real_links.ipynb)
 #
+# > **You will learn** to run the same training as several OS processes and check that it
+# > gives one process's parameters; to derive by hand what a ring all-reduce and an all-gather
+# > put on the wire and what the simulated clock charges for them; and to measure both, bytes
+# > and seconds, for DDP and DiLoCo on throttled links.
+# > **You need** notebooks 01 and 02 (DDP's all-reduce, DiLoCo's sync every H steps) and 04
+# > (the simulated clock: `Cluster`, `Link`, `sim_time_s`).
+# > **Time:** quick ≈ 80 s; full ≈ 5 min.
+# > **Quick or full:** quick mode measures smaller runs through the same code (2 hosts, one
+# > link rate). It is on in Colab and CI; elsewhere run `%env DILOCO_LITE_QUICK=1` before the
+# > first cell (`=0` for full on Colab).
+# > **The testbed** (throttled links, bytes counted) needs Linux, root and iproute2, as this
+# > project's CI and dev machines have. Elsewhere (Colab, a laptop) it falls back to plain
+# > loopback with no throttle, says so, and only the times are measured.
+#
 # Until now every run lived in one Python process: the network was a byte count, checked
 # against the compiled program, and time was a simulated clock, checked against closed forms.
 # This notebook makes both real:
@@ -23,14 +37,10 @@
 # 1. the same `train(config)` runs as **several OS processes** joined by `jax.distributed`
 #    (gloo's TCP collectives on CPU), and gives the same parameters as one process;
 # 2. each process runs on its own **"host"**: a Linux network namespace behind a link throttled
-#    with `tc` to a chosen rate (the testbed);
+#    with `tc` to a chosen rate (the **testbed**);
 # 3. we derive by hand what a sync puts on the wire and how long the simulated clock says a
 #    step takes, then **measure** both: the bytes that left each host's network interface and
 #    the wall-clock per step, for DDP and DiLoCo, at several link rates.
-#
-# The testbed needs Linux, root and iproute2 (this project's CI and dev machines have them).
-# Elsewhere (Colab, a laptop) it falls back to plain loopback with no throttle, says so, and
-# only the times are measured.
 
 # %%
 # Where Colab installs diloco_lite from: this project's repository, your fork
@@ -55,8 +65,6 @@ import diloco_lite as dl
 dl.emulate_devices(8)
 
 # %%
-import os
-
 import jax
 import numpy as np
 from IPython.display import display
@@ -68,7 +76,7 @@ from diloco_lite.plots import links as lplots
 from diloco_lite.plots import save
 from diloco_lite.wire import WireFormat
 
-QUICK = os.environ.get("DILOCO_LITE_QUICK") == "1"
+QUICK = dl.quick_mode()
 
 # %% [markdown]
 # ## 1. N processes ≡ one process
@@ -101,9 +109,9 @@ assert gap < 1e-4  # float rounding: a collective over TCP may sum in another or
 #
 # - **all-reduce** (DDP's gradient): a reduce-scatter then an all-gather around the ring.
 #   Each host sends M−1 chunks of S/M twice: **2(M−1)/M · S** bytes, in 2(M−1) sequential hops.
-# - **all-gather** (DiLoCo's sync: the b-bit payloads of the M learners, which cannot be summed
-#   without decoding): each host forwards every other host's payload once: **(M−1) · S** bytes,
-#   in M−1 hops.
+# - **all-gather** (DiLoCo's sync, notebook 02 section 4: the b-bit payloads of the M workers,
+#   which cannot be summed without decoding): each host forwards every other host's payload
+#   once: **(M−1) · S** bytes, in M−1 hops.
 #
 # The booking (`comm_bytes`) counts what each worker contributes (one gradient per DDP step,
 # one payload per DiLoCo sync); the collective's factor turns it into bytes per host:
@@ -135,8 +143,9 @@ print(f"DiLoCo's speed-up for the same tokens: {ddp_step / dil_step:.1f}x (at M 
 # %% [markdown]
 # The all-gather costs DiLoCo (M−1)/(2(M−1)/M) = M/2 times a ring all-reduce's bytes per sync
 # (2× at M = 4): summing fp32 deltas in the network would be cheaper, but then the b-bit wire
-# format, the RDA merge and the per-learner diagnostics could not see each learner's Δ. It
-# still moves H/(M/2) = 5× fewer bytes than DDP here.
+# format (notebook 03), the RDA merge (notebook 04) and the per-worker diagnostics (notebook
+# 02's cosines) could not see each worker's Δ. It still moves H/(M/2) = 5× fewer bytes than
+# DDP here.
 #
 # ## 3. Measured
 #
@@ -199,9 +208,9 @@ else:
 #   decides *where* to start a stopwatch. Only process 0 evaluates. If its first evaluation
 #   (which compiles the evaluator) opens the window, the others have already run ahead into
 #   the next block, and process 0 then runs nearly alone. An earlier version of this
-#   measurement did that. It read the compute time as 18 ms per step instead of about 40, and
-#   DiLoCo's time came out ×1.6 the clock's on fast links: an error of the stopwatch, not of
-#   the network. Now each window opens only once every process runs in step.
+#   measurement did that. It read the compute time as less than half of what it is, and
+#   DiLoCo's time came out well above the clock's on fast links: an error of the stopwatch,
+#   not of the network. Now each window opens only once every process runs in step.
 #
 # At the slowest link, DiLoCo against DDP for the same tokens, measured and simulated:
 
@@ -214,15 +223,9 @@ print(f"at {slow.gbit_per_s.iloc[0] * 1e3:g} Mbit/s: DiLoCo H={run['inner_steps'
 
 # %% [markdown]
 # This is the classroom-scale version of the announcement's "more than 20× faster than
-# conventional synchronization": the same mechanism (sync H times less often, and overlap it)
-# on four processes of one machine instead of four datacenters. The speed-up grows with H and
-# with the ratio of link time to compute time.
-#
-# ## Exercises
-#
-# The bytes of one all-gather and the time the clock charges for it, by hand, with checks:
-# `notebooks/exercises/07_real_links.ipynb`
-# ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/07_real_links.ipynb)).
+# conventional synchronization" (notebook 05, section 4): the same mechanism (sync H times
+# less often) on the processes of one machine instead of four datacenters. The speed-up grows
+# with H and with the ratio of link time to compute time.
 #
 # ## Try it
 #
@@ -232,4 +235,43 @@ print(f"at {slow.gbit_per_s.iloc[0] * 1e3:g} Mbit/s: DiLoCo H={run['inner_steps'
 # - Re-run section 3 with `measure.measure(hosts=4, rates=(0.01,), steps=40, inner_steps=50)`:
 #   how close does the measured speed-up come to H?
 # - On a real multi-host machine (a TPU slice, GPU hosts) the same `dl.train(config)` runs in
-#   every process after `jax.distributed.initialize()`: the README says how.
+#   every process after `jax.distributed.initialize()`:
+#   [docs/systems.md](../docs/systems.md#several-processes-real-links) says how.
+
+# %% [markdown]
+# ## Takeaways
+#
+# - Several processes joined by `jax.distributed` form one mesh: the same `train(config)`
+#   gives one process's parameters, to float rounding.
+# - Between hosts a ring all-reduce sends 2(M−1)/M of the payload per host in 2(M−1) hops; an
+#   all-gather sends (M−1) payloads in M−1 hops. The booking times that factor is what leaves
+#   each host, plus a few percent of headers.
+# - The simulated clock's step (compute + bytes / rate + a latency per hop) predicts the
+#   measured wall-clock on throttled links. On a slow link DiLoCo, syncing once every H steps,
+#   beats DDP by a factor that grows with H and with the link's share of a step.
+# - Measuring is its own craft: where the stopwatch starts, shared CPUs and one buffer per
+#   collective all show in the numbers.
+#
+# ## Check yourself
+#
+# 1. Predict, then check in section 2: at M = 4, which puts more bytes on a host's link per
+#    sync, DDP's all-reduce of S bytes or DiLoCo's all-gather of S bytes?
+#    <details><summary>Answer</summary>The all-gather: (M−1)·S = 3S against 2(M−1)/M·S = 1.5S,
+#    M/2 = 2 times more. DiLoCo still sends far less per step, since it syncs once every H
+#    steps.</details>
+# 2. Predict, then check in section 3 (with the testbed): do the bytes that left each host sit
+#    above or below the booking × the collective's factor?
+#    <details><summary>Answer</summary>A few percent above: TCP/IP/Ethernet headers (66 bytes
+#    per segment of up to 1,448), the receiver's ACKs, gloo's own headers and the coordination
+#    service (section 4).</details>
+# 3. Why does the library hand gloo one flat buffer per collective instead of one per tensor?
+#    <details><summary>Answer</summary>gloo runs one ring per tensor it is given, and each ring
+#    pays its 2(M−1) or M−1 sequential hops of latency: a 26-tensor model would pay 26 rings per
+#    sync.</details>
+
+# %% [markdown]
+# ## Exercises
+#
+# The bytes of one all-gather and the time the clock charges for it, by hand, with checks:
+# `notebooks/exercises/07_real_links.ipynb`
+# ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/07_real_links.ipynb)).

@@ -16,10 +16,24 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/08_actors.ipynb)
 #
+# > **You will learn** to run Decoupled DiLoCo on real processes (Ray actors: one per learner,
+# > one for the syncer), to check that in the synchronous limit they give the simulated run's
+# > parameters, to kill a learner for real and read the run on a timeline beside the simulated
+# > clock's, to compute its goodput by hand, and to replay what happened on one device.
+# > **You need** notebook 04 (learners, the syncer, the quorum K, the grace window, token
+# > weights, RDA, τ; the simulated clock and its `Cluster`; goodput, section 5).
+# > **Time:** quick ≈ 1 min; full ≈ 1.5 min.
+# > **Quick or full:** quick mode trains smaller runs through the same code. It is on in Colab
+# > and CI; elsewhere run `%env DILOCO_LITE_QUICK=1` before the first cell (`=0` for full on
+# > Colab).
+# > **Ray** is needed: the `cluster` extra (`pip install "diloco_lite[cluster]"`); on Colab the
+# > notebook installs it.
+#
 # Notebook 04 ran Decoupled DiLoCo on a **simulated clock**, in one Python process: "a learner
 # trains at its own pace" meant a list of timestamps, and "a learner fails" meant a window in
-# which the clock skipped it. This notebook runs the same algorithm on **real processes** with
-# [Ray](https://docs.ray.io), an engine for independent actors:
+# which the clock skipped it. Here the same algorithm runs on **real processes** with
+# [Ray](https://docs.ray.io), an engine for independent *actors* (objects that live in their
+# own process and answer calls):
 #
 # | | notebook 04: `dl.train(config)` | here: `train_actors(config)` |
 # |---|---|---|
@@ -99,7 +113,7 @@ def largest_gap(a, b) -> float:
 
 
 # %% [markdown]
-# Starting a run costs about 15 seconds before the first step: Ray starts, then each learner's
+# Starting a run costs several seconds before the first step: Ray starts, then each learner's
 # process imports JAX, builds the model and compiles its step (from the on-disk cache after the
 # first time). The learners' steps are small here (milliseconds of compute on this model), so
 # each one waits out most of its step time: the `Cluster` sets the pace on both clocks.
@@ -294,8 +308,8 @@ print(f"evaluation rows written before a merge of their own instant: {early} of 
 
 # %% [markdown]
 # - **Failure detection.** Nothing tells the syncer that a process died but Ray, and Ray learns
-#   it when the actor's connection breaks and its worker is reported dead: a second or two
-#   here. Until then the syncer counts learner 1 in: each sync waits its full grace window for
+#   it when the actor's connection breaks and its worker is reported dead (the delay printed
+#   above). Until then the syncer counts learner 1 in: each sync waits its full grace window for
 #   an answer that cannot come (the simulated syncer knew at once, and closed as soon as the
 #   others had answered).
 # - **The restart.** The new process is Python, then JAX, then the model, then the learner's
@@ -357,6 +371,37 @@ display(per_learner)
 # - `Cluster(step_time_s=(STEP_S,) * (M - 1) + (2 * STEP_S,))`: the last learner twice as slow,
 #   on real processes, to set beside notebook 04's section 5 (one step time per learner: M of
 #   them).
+
+# %% [markdown]
+# ## Takeaways
+#
+# - The actors run the same algorithm as the simulated clock: the same state machine decides,
+#   only the source of the times differs. In the synchronous limit they give the same model.
+# - A real failure is learned late (Ray's detection) and repaired late (a new process): the
+#   syncer waits out grace windows meanwhile, and the learner is down longer than planned.
+# - Goodput counts the learner-steps whose work reached the global model against what the
+#   cluster could have done in the elapsed time; a longer downtime lowers it.
+# - The real runtime records what happened (`result.plan`); replaying it gives the actors'
+#   parameters, which is how the tests check the runtime.
+#
+# ## Check yourself
+#
+# 1. Predict, then check in section 1: with K = M, no grace window, equal step times and 32-bit
+#    answers, how far apart are the actors' parameters and the simulated clock's?
+#    <details><summary>Answer</summary>Only float rounding apart: every decision is forced (all
+#    learners answer the same ask at the same step, every merge waits for all), so timing cannot
+#    change the arithmetic, as long as no step boundary lands a whole step late.</details>
+# 2. Predict, then check in section 3: is learner 1 down longer on actors or on the simulated
+#    clock, and which run has the higher goodput?
+#    <details><summary>Answer</summary>On the simulated clock it is back exactly at the end of
+#    its window; on actors at the later of that and the moment its new process is ready (after
+#    the window on a busy machine). Longer down means a longer run for the same learner-steps,
+#    so usually a lower goodput on actors.</details>
+# 3. Why does replaying `killed.plan` give the actors' parameters while the simulated run of
+#    the same config does not?
+#    <details><summary>Answer</summary>The plan records who answered which fragment at which of
+#    its steps, every merge's weights and every apply: the same run, with the library's
+#    arithmetic. The simulated run is another run, whose merges hold other learners.</details>
 
 # %% [markdown]
 # ## Exercises
