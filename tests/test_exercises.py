@@ -19,6 +19,7 @@ import diloco_lite as dl
 from diloco_lite import exercises as ex
 from diloco_lite import outer
 from diloco_lite.exercises import actors as aex
+from diloco_lite.exercises import assemble as asm
 from diloco_lite.exercises import blank
 from diloco_lite.exercises import decoupled as dex
 from diloco_lite.exercises._core import ERROR, FAIL_MARK, PASS_MARK, TODO
@@ -82,6 +83,14 @@ def _next_round(reset=False, keep_local=False):
             lambda x: jnp.broadcast_to(x, (4, *x.shape)), theta)
         return new, jax.vmap(opt.init)(new) if reset else state
     return fn
+
+
+def _diloco_with(run, M, steps, H, lr, mistake):
+    return asm._diloco(run, M, steps, H, lr, mistake)
+
+
+def _syncer_with(events, quorum, tau, t_ref, safety, mistake):
+    return asm.syncer(events, quorum, tau, t_ref, safety, mistake=mistake)
 
 
 def _goodput(recovery=True):
@@ -161,6 +170,18 @@ PLANTED = [
     ("check_rda_merge", outer.mean_merge, "mean"),
     ("check_rda_merge", lambda d, w: _rda(d, jnp.ones_like(w)), "unweighted"),
     ("check_rda_merge", lambda d, w: jax.tree.map(lambda x: _rda(x, w), d), "per_leaf"),
+    ("check_diloco_loop", lambda run, M, steps, H, lr: asm._diloco(run, M, steps, H, lr), None),
+    *[("check_diloco_loop", functools.partial(_diloco_with, mistake=k), k)
+      for k in ("reset_state", "sign", "no_outer", "kept_local", "no_flush", "outer_flush")],
+    ("check_streaming_round", asm._streaming_round(), None),
+    *[("check_streaming_round", asm._streaming_round(k), k)
+      for k in ("swapped", "no_overlap", "base", "sign", "no_outer")],
+    ("check_streaming_round", lambda t, s, *a: "state", "structure"),
+    ("check_syncer", lambda ev, k, tau, tr, sf: asm.syncer(ev, k, tau, tr, sf), None),
+    ("check_syncer", lambda *a: (asm.syncer(*a)[0], dict.fromkeys(asm.syncer(*a)[1], 1.0)),
+     "other"),  # equal weights
+    *[("check_syncer", functools.partial(_syncer_with, mistake=k), k)
+      for k, _ in asm.MISTAKES],
     ("check_quantizer", _quantize, None),
     ("check_quantizer", lambda x: jnp.clip(jnp.round(x), -7, 7), "no_scale"),
     ("check_quantizer", lambda x: _quantize(x) / (jnp.max(jnp.abs(x), -1, keepdims=True) / 7),
@@ -299,6 +320,28 @@ def test_blank_and_crashing_answers_become_sentences(name, capsys):
     result = _call(name, lambda *a: 1 / 0, capsys)
     assert (result.ok, result.mistake) == (False, ERROR)
     assert "ZeroDivisionError" in result.message
+
+
+def test_the_syncer_exercise_replays_the_reference():
+    """STREAMS[0] is notebook 04's worked example: its first sync, read from the reference's own
+    run of that config, closes where the exercise's syncer says, with the same learners; and a
+    planted change of the stream (learner 3 a little slower) moves both."""
+    from diloco_lite import reference
+
+    def first_close(step_times):
+        cfg = dl.RunConfig(algorithm=dl.DecoupledDiLoCo(inner_steps=4, fragments=1, overlap=2,
+                                                        quorum=2, grace_safety=0.5),
+                           workers=5, steps=8, cluster=dl.Cluster(step_time_s=step_times),
+                           batch_size=4, seq_len=64, model=dl.ModelConfig(d_model=32,
+                           n_layers=1, n_heads=2))
+        log = []
+        reference.decoupled(cfg, log=log)
+        return next((t, who) for t, what, who, _ in log if what == "close")
+
+    t, weights = asm.syncer(**asm.STREAMS[0])
+    assert first_close((1, 1, 1, 1.5, 3)) == (t, tuple(weights)) == (5.0, (0, 1, 2, 3))
+    assert weights[3] / weights[0] == (3 * 256) ** 2 / 3 / ((4 * 256) ** 2 / 4)
+    assert first_close((1, 1, 1, 1.7, 3)) == (5.0, (0, 1, 2))  # 3 steps at 5.1 s: too late
 
 
 def test_a_check_on_the_library_mesh_runs_on_many_workers_per_device():

@@ -12,15 +12,18 @@ student's code or a still-blank `...` becomes a sentence, never a traceback. A c
 |---|---|
 | 00 devices | `check_global_max`, `check_allreduce_bytes`, `check_mean_loss` |
 | 01 DDP | `check_ddp_gradient`, `check_ddp_step_bytes` |
-| 02 DiLoCo | `check_pseudo_gradient`, `check_outer_step`, `check_next_round`, `check_rda_merge` |
-| 03 Streaming | `check_quantizer`, `check_wire_bytes`, `check_mix` |
+| 02 DiLoCo | `check_pseudo_gradient`, `check_outer_step`, `check_next_round`, |
+|  | `check_diloco_loop` (a whole training loop, against `reference.diloco`) |
+| 03 Streaming | `check_quantizer`, `check_wire_bytes`, `check_mix`, `check_streaming_round` |
+|  | (one round, against `reference.streaming`) |
+| 04 Decoupled | `check_token_weights`, `check_close_time`, `check_syncer` (the syncer's |
+|  | decisions from a stream of events, against `reference.decoupled`), `check_rda_merge`, |
+|  | `check_run_goodput` |
 | 05 bandwidth | `check_ddp_bandwidth`, `check_decoupled_bandwidth` |
 | 06 goodput | `check_cluster_mtbf`, `check_young_interval`, `check_daly_interval`, |
 |  | `check_domain_goodput` |
 | 07 real links | `check_gather_bytes`, `check_sync_time` |
 | 08 actors | `check_apply_position`, `check_kill_goodput`, `check_kill_timing` |
-
-| 04 Decoupled | `check_token_weights`, `check_close_time`, `check_run_goodput` |
 
 Solutions live in `notebooks/exercises/solutions/`; the blank notebooks in
 `notebooks/exercises/` are generated from them (`blank.py`), so a teacher can hand out the
@@ -29,6 +32,7 @@ exercises alone.
 
 from ._core import CHECKS, Result
 from .actors import check_apply_position, check_kill_goodput, check_kill_timing
+from .assemble import StreamingState, check_diloco_loop, check_streaming_round, check_syncer
 from .collectives import (
     check_allreduce_bytes,
     check_ddp_gradient,
@@ -60,9 +64,10 @@ __all__ = [
     "CHECKS", "Result",
     "check_global_max", "check_allreduce_bytes", "check_mean_loss",
     "check_ddp_gradient", "check_ddp_step_bytes",
-    "check_pseudo_gradient", "check_outer_step", "check_next_round", "check_rda_merge",
-    "check_quantizer", "check_wire_bytes", "check_mix",
-    "check_token_weights", "check_close_time", "check_run_goodput",
+    "check_pseudo_gradient", "check_outer_step", "check_next_round", "check_diloco_loop",
+    "check_quantizer", "check_wire_bytes", "check_mix", "check_streaming_round", "StreamingState",
+    "check_token_weights", "check_close_time", "check_syncer", "check_rda_merge",
+    "check_run_goodput",
     "check_ddp_bandwidth", "check_decoupled_bandwidth",
     "check_cluster_mtbf", "check_young_interval", "check_daly_interval", "check_domain_goodput",
     "check_gather_bytes", "check_sync_time",

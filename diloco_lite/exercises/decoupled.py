@@ -22,8 +22,7 @@ def _weights(tokens, steps):
         return np.where(steps > 0, tokens * (tokens / np.where(steps > 0, steps, 1.0)), 0.0)
 
 
-@exercise("token weights", todo="w_m = tokens_m · (tokens_m / steps_m), and 0 for a learner "
-                                "that took no step")
+@exercise("token weights", todo="return one merge weight per learner")
 def check_token_weights(fn) -> Result:
     """`fn(tokens, steps)` -> one merge weight per learner (any common scale is fine: the merge
     divides by the sum)."""
@@ -66,9 +65,7 @@ def close_time(ask, arrivals, quorum, tau, t_ref, t_sync, safety) -> float:
     return max(t_q, min(t_q + grace, float(np.max(arrivals))))
 
 
-@exercise("syncer closes", todo="t_quorum = the K-th earliest answer; slack = τ·t_ref − "
-                                "((t_quorum − ask) + t_sync); close at t_quorum + safety·slack "
-                                "(0 if slack < 0), or earlier once every answer is in")
+@exercise("syncer closes", todo="return the time the syncer closes the merge")
 def check_close_time(fn) -> Result:
     """`fn(ask, arrivals, quorum, tau, t_ref, t_sync, safety)` -> when the merge closes."""
     args = (ASK, ARRIVALS.copy(), QUORUM, TAU, T_REF, T_SYNC, SAFETY)
@@ -95,8 +92,7 @@ def check_close_time(fn) -> Result:
     return result
 
 
-@exercise("goodput of a run", todo="(learner-steps processed − lost) / learner-steps offered, "
-                                   "offered = Σ_m elapsed / step time_m")
+@exercise("goodput of a run", todo="return the run's goodput, a fraction")
 def check_run_goodput(fn) -> Result:
     """`fn(processed, lost, elapsed_s, step_times)` -> the goodput measured from a run."""
     processed, lost, elapsed, times = 900.0, 60.0, 130.0, np.array([1.0] * 7 + [2.0])

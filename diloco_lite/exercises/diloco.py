@@ -41,7 +41,7 @@ def _mean(tree_M):
     return jax.tree.map(lambda x: x.mean(axis=0), tree_M)
 
 
-@exercise("pseudo-gradient", todo="return Δ = θ − θ_m, leaf by leaf (jax.tree.map)")
+@exercise("pseudo-gradient", todo="return worker m's pseudo-gradient, leaf by leaf")
 def check_pseudo_gradient(fn) -> Result:
     """`fn(global_params, local_params)` must return Δ = θ − θ_m for one worker."""
     import jax
@@ -58,9 +58,8 @@ def check_pseudo_gradient(fn) -> Result:
     ], other="Δ should be θ − θ_m, leaf by leaf")
 
 
-@exercise("outer step", todo="Δ = mean over workers of θ − θ_m; then updates, state = "
-                              "outer_opt.update(Δ, state, θ) and θ ← optax.apply_updates(θ, "
-                              "updates); return (θ, state)")
+@exercise("outer step", todo="take one sync's outer step on the global θ; return (θ, the "
+                              "outer optimizer's state)")
 def check_outer_step(fn) -> Result:
     """`fn(theta, outer_state, local_M, outer_opt)` -> (new θ, new outer state); checked over
     two syncs in a row, so the momentum must be carried from the first to the second."""
@@ -109,8 +108,8 @@ def check_outer_step(fn) -> Result:
              "outer_opt.update(Δ, state, θ) and optax.apply_updates(θ, updates)")
 
 
-@exercise("next round", todo="every worker restarts from the new θ (stacked M times); the "
-                              "inner optimizer states are returned unchanged")
+@exercise("next round", todo="return what the workers start the next round from: their "
+                              "parameters and their inner optimizer states")
 def check_next_round(fn) -> Result:
     """`fn(theta, local_M, inner_state_M, inner_opt)` -> (local_M, inner_state_M) for the next
     round of H inner steps, after a sync produced the new global θ."""
@@ -139,8 +138,7 @@ def check_next_round(fn) -> Result:
     ], other="expected (θ stacked once per worker, the inner states unchanged)")
 
 
-@exercise("RDA merge", todo="r = Σ w‖Δ_m‖ / Σ w (norms of whole pytrees), u = Σ w Δ_m/‖Δ_m‖ "
-                             "/ Σ w, return r · u / ‖u‖")
+@exercise("RDA merge", todo="merge the M pseudo-gradients by RDA, with the weights")
 def check_rda_merge(fn) -> Result:
     """`fn(deltas_M, weights_M)` must merge M pseudo-gradients by Radial-Directional Averaging."""
     import jax
@@ -170,8 +168,8 @@ def check_rda_merge(fn) -> Result:
     ], other="RDA: r = Σ w‖Δ_m‖/Σ w, u = Σ w Δ_m/‖Δ_m‖, result r·u/‖u‖")
 
 
-@exercise("4-bit quantizer", todo="per row: s = max|row| / 7; q = clip(round(x / s), −7, 7); "
-                                   "return q · s")
+@exercise("4-bit quantizer", todo="return what arrives when x is sent in 4 bits, one scale "
+                                   "per row")
 def check_quantizer(fn, bits: int = 4) -> Result:
     """`fn(x)` must return what arrives after sending x in `bits` bits with one fp32 scale per
     row (symmetric absmax, codes in [−q_max, q_max], q_max = 2^(b−1) − 1)."""
@@ -205,8 +203,8 @@ def check_quantizer(fn, bits: int = 4) -> Result:
     ], other=f"expected s = max|row|/{q}, codes clip(round(x/s), −{q}, {q}), result codes·s")
 
 
-@exercise("bytes of a 4-bit tensor", todo="codes: 4 bits per value, so half a byte; plus one "
-                                           "4-byte fp32 scale per row")
+@exercise("bytes of a 4-bit tensor", todo="count the bytes the matrix takes on the wire, scales "
+                                           "included")
 def check_wire_bytes(predicted, shape: tuple[int, ...] = (76, 64), bits: int = 4) -> Result:
     """`predicted`: bytes of a `shape` tensor on the wire in `bits` bits (codes + scales)."""
     predicted = number(predicted)
@@ -224,7 +222,7 @@ def check_wire_bytes(predicted, shape: tuple[int, ...] = (76, 64), bits: int = 4
     ], other=f"got {fmt(predicted)}: {rows}×{n} values at {bits} bits, plus {rows} fp32 scales")
 
 
-@exercise("mixing α", todo="θ_m ← α·θ_m + (1 − α)·θ̃ (α weighs the worker's own fragment)")
+@exercise("mixing α", todo="return every worker's fragment after the arrival")
 def check_mix(fn) -> Result:
     """`fn(local_MxD, arrived_D, alpha)` -> the workers' fragment after the arrival."""
     import jax.numpy as jnp

@@ -17,9 +17,12 @@
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/02_diloco.ipynb)
 #
 # Work through notebook 02 (`notebooks/02_diloco.ipynb`) first. You write the pieces of a
-# DiLoCo sync: the pseudo-gradient, the outer step, what the workers restart from, and the
-# RDA merge that Decoupled DiLoCo uses. Each check runs your function on small random
-# parameter trees and prints **✔** or **✘** with what is wrong.
+# DiLoCo sync (the pseudo-gradient, the outer step, what the workers restart from), then
+# assemble them into a whole DiLoCo training loop, checked against the readable reference
+# (`diloco_lite.reference.diloco`). Each check prints **✔** or **✘** with what is wrong.
+#
+# Difficulty: ★☆☆ a warm-up (minutes), ★★☆ a few lines that need the notebook, ★★★ assemble
+# or derive something new (homework).
 #
 # Notation: θ is the global copy of the parameters, θ_m worker m's copy after its H inner
 # steps, and a leading axis of size M holds the workers (`local_M`).
@@ -51,21 +54,19 @@ import jax
 import jax.numpy as jnp
 import optax
 
+import numpy as np
+
 from diloco_lite.exercises import (
+    check_diloco_loop,
     check_next_round,
     check_outer_step,
     check_pseudo_gradient,
-    check_rda_merge,
 )
-
-
-def tree_norm(tree):
-    """‖tree‖: the Euclidean norm of all its values together."""
-    return jnp.sqrt(sum(jnp.sum(x**2) for x in jax.tree.leaves(tree)))
+from diloco_lite.reference.common import outer_nesterov
 
 
 # %% [markdown]
-# ## Exercise 1 · The pseudo-gradient
+# ## Exercise 1 · The pseudo-gradient ★☆☆
 #
 # After H inner steps worker m has moved from θ to θ_m. Its **pseudo-gradient** is
 #
@@ -76,14 +77,14 @@ def tree_norm(tree):
 
 # %%
 def pseudo_gradient(global_params, local_params):
-    # TODO: Δ = θ − θ_m for every tensor of the parameter tree
+    # TODO: worker m's pseudo-gradient, tensor by tensor
     ...
 
 
 check_pseudo_gradient(pseudo_gradient)
 
 # %% [markdown]
-# ## Exercise 2 · The outer step
+# ## Exercise 2 · The outer step ★★☆
 #
 # A sync averages the workers' pseudo-gradients, $\Delta = \frac{1}{M}\sum_m (\theta -
 # \theta_m)$, and feeds Δ to the outer optimizer (`outer_opt`, Nesterov SGD with lr 0.7 and
@@ -93,15 +94,15 @@ check_pseudo_gradient(pseudo_gradient)
 
 # %%
 def outer_update(theta, outer_state, local_M, outer_opt):
-    # TODO: Δ = mean over the workers (axis 0 of local_M) of θ − θ_m; one outer_opt step
-    # on the global θ; return (new θ, new outer_state)
+    # TODO: one sync: the workers' pseudo-gradient, one step of the outer optimizer;
+    # return (new θ, new outer_state)
     ...
 
 
 check_outer_step(outer_update)
 
 # %% [markdown]
-# ## Exercise 3 · Starting the next round
+# ## Exercise 3 · Starting the next round ★★☆
 #
 # After the sync, the M workers take H more inner steps with their AdamW optimizers. Return
 # what they start from: their parameters (`local_M`, one copy per worker on axis 0) and their
@@ -118,23 +119,54 @@ def next_round(theta, local_M, inner_state_M, inner_opt):
 check_next_round(next_round)
 
 # %% [markdown]
-# ## Exercise 4 · Radial-Directional Averaging
+# ## Exercise 4 · A whole DiLoCo training loop ★★★
 #
-# When the workers' Δ_m point in nearly orthogonal directions, their mean is much shorter than
-# any of them (about 1/√M as long), and the outer step shrinks. Decoupled DiLoCo (notebook 04)
-# merges with **RDA** instead, averaging lengths and directions separately, with weights w_m:
+# Assemble the pieces into DiLoCo itself. You get `run`, the pieces of a small run: `run.init`
+# (θ at the start, a list of arrays, one per tensor), `run.step(params, opt_state, batch)`
+# (one worker's AdamW step, returns the new `(params, opt_state)`), `run.optimizer.init(params)`
+# (a fresh AdamW state) and `run.batch(k)` (every worker's batch of step k: `run.batch(k)[m]`
+# is worker m's). `outer_nesterov(theta, velocity, delta, lr)` (imported above) is the outer
+# step of exercise 2 on lists of arrays: it returns the new `(theta, velocity)`.
 #
-# $$r = \frac{\sum_m w_m \lVert\Delta_m\rVert}{\sum_m w_m}, \qquad
-# u = \frac{\sum_m w_m\, \Delta_m / \lVert\Delta_m\rVert}{\sum_m w_m}, \qquad
-# \Delta = r\,\frac{u}{\lVert u\rVert}$$
-#
-# where ‖·‖ is the norm of a worker's whole pseudo-gradient (`tree_norm` above, on one
-# worker's slice). `deltas_M` holds the M pseudo-gradients on axis 0.
+# Train `workers` workers for `steps` steps with a sync every `H` steps and return θ. The
+# check runs 7 steps at H = 3, so the run ends between two syncs: what should happen to the
+# last step's work? (Notebook 02 and the reference, `diloco_lite.reference.diloco`, say.)
 
 # %%
-def rda_merge(deltas_M, weights_M):
-    # TODO: r, u and r · u / ‖u‖ as above
+def diloco(run, workers, steps, H, outer_lr):
+    # TODO: the DiLoCo training loop; return θ after `steps` steps
     ...
 
 
-check_rda_merge(rda_merge)
+check_diloco_loop(diloco)
+
+# %% [markdown]
+# ## Predict before you run
+#
+# **1.** Two workers' pseudo-gradients have length 1 each and are orthogonal. How long is their
+# mean? And for eight orthogonal ones?
+
+# %%
+deltas = np.eye(8)  # eight orthogonal Δ_m of length 1
+print("2 workers:", np.linalg.norm(deltas[:2].mean(0)), "| 8 workers:",
+      np.linalg.norm(deltas.mean(0)))
+
+# %% [markdown]
+# <details><summary>Answer</summary>1/√2 ≈ 0.71 and 1/√8 ≈ 0.35: the mean of M orthogonal
+# vectors of equal length is 1/√M as long. That is why notebook 04's RDA merge averages lengths
+# and directions separately.</details>
+#
+# **2.** The outer optimizer is Nesterov SGD, lr 0.7, momentum 0.9. If every sync brings the
+# same Δ, what does the outer update approach, as a multiple of Δ?
+
+# %%
+velocity, delta = 0.0, 1.0
+for _ in range(200):
+    velocity = 0.9 * velocity + delta
+update = 0.7 * (delta + 0.9 * velocity)
+print(f"after 200 syncs the update is {update:.3f} × Δ")
+
+# %% [markdown]
+# <details><summary>Answer</summary>7 × Δ: the velocity tends to Δ/(1 − 0.9) = 10 Δ, and the
+# update to 0.7·(Δ + 0.9·10 Δ) = 7 Δ. With H = 1 that is about 7 times DDP's step, which is why
+# DiLoCo with H = 1 and the outer Nesterov step is not DDP.</details>

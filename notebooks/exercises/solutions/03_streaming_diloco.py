@@ -17,8 +17,13 @@
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/solutions/03_streaming_diloco.ipynb)
 #
 # Work through notebook 03 (`notebooks/03_streaming_diloco.ipynb`) first. You write the 4-bit
-# quantizer, count the bytes it sends, and mix an arriving fragment into the workers'
-# parameters. Each check prints **✔** or **✘** with what is wrong.
+# quantizer, count the bytes it sends, mix an arriving fragment into the workers' parameters,
+# then assemble what Streaming DiLoCo does after each step, checked against the readable
+# reference (`diloco_lite.reference.streaming`). Each check prints **✔** or **✘** with what is
+# wrong.
+#
+# Difficulty: ★☆☆ a warm-up (minutes), ★★☆ a few lines that need the notebook, ★★★ assemble
+# or derive something new (homework).
 
 # %%
 # Where Colab installs diloco_lite from: this project's repository, your fork
@@ -45,10 +50,18 @@ dl.emulate_devices(8)  # first, before any other JAX work
 # %%
 import jax.numpy as jnp
 
-from diloco_lite.exercises import check_mix, check_quantizer, check_wire_bytes
+import numpy as np
+
+from diloco_lite.exercises import (
+    check_mix,
+    check_quantizer,
+    check_streaming_round,
+    check_wire_bytes,
+)
+from diloco_lite.reference.common import first_send, outer_nesterov, quantize
 
 # %% [markdown]
-# ## Exercise 1 · A 4-bit quantizer
+# ## Exercise 1 · A 4-bit quantizer ★★☆
 #
 # Symmetric absmax quantization, one scale per **row** (the last axis): with $q_{\max} =
 # 2^{b-1} - 1 = 7$ for b = 4 bits,
@@ -61,7 +74,7 @@ from diloco_lite.exercises import check_mix, check_quantizer, check_wire_bytes
 
 # %%
 def quantize_4bit(x):
-    # TODO: one scale per row, integer codes in [−7, 7], return codes × scale
+    # TODO: what arrives when x is sent in 4 bits
     # BEGIN SOLUTION
     scale = jnp.max(jnp.abs(x), axis=-1, keepdims=True) / 7
     codes = jnp.clip(jnp.round(x / scale), -7, 7)
@@ -72,7 +85,7 @@ def quantize_4bit(x):
 check_quantizer(quantize_4bit)
 
 # %% [markdown]
-# ## Exercise 2 · The bytes of a 4-bit tensor
+# ## Exercise 2 · The bytes of a 4-bit tensor ★☆☆
 #
 # The model's embedding is a `[76, 64]` matrix: 76 rows of 64 values. How many bytes does it
 # take on the wire in 4 bits, scales included?
@@ -88,7 +101,7 @@ check_wire_bytes(predicted)
 # Scales cost 4 bytes per row against 32 bytes of codes for a row of 64 values: 12.5% on top,
 # which is why small models gain a little less than 8× from 4 bits.
 #
-# ## Exercise 3 · Mixing an arriving fragment
+# ## Exercise 3 · Mixing an arriving fragment ★☆☆
 #
 # With overlap τ, the new global fragment θ̃ arrives τ inner steps after it was sent, while the
 # workers kept training. Each worker mixes it in:
@@ -99,10 +112,81 @@ check_wire_bytes(predicted)
 
 # %%
 def mix(local_MxD, arrived_D, alpha):
-    # TODO: θ_m ← α·θ_m + (1 − α)·θ̃ for every worker
+    # TODO: every worker's fragment after the arrival
     # BEGIN SOLUTION
     return alpha * local_MxD + (1 - alpha) * arrived_D
     # END SOLUTION
 
 
 check_mix(mix)
+
+# %% [markdown]
+# ## Exercise 4 · One round of Streaming DiLoCo ★★★
+#
+# Assemble exercises 1–3 and notebook 03's schedule into what Streaming DiLoCo does after each
+# inner step. The check trains a tiny model: after every worker has taken step t (counted from
+# 1), it calls your `after_step(t, state, frags, H, tau, alpha, bits, outer_lr)` and you:
+#
+# 1. **sync** each fragment p whose turn it is after step t (`first_send(p, H, P)`, then every
+#    H steps): its Δ_m (from each worker's `base`, through `quantize(x, bits)`), their mean,
+#    one `outer_nesterov(theta_p, velocity_p, delta_p, lr)` on the global fragment; the new
+#    Θ_p goes in flight, to arrive τ steps later;
+# 2. **apply** each fragment that arrives at step t: every worker mixes it in (α) and takes it
+#    as its new base.
+#
+# `state` is a `StreamingState`: `state.theta`, `state.velocity` (lists of arrays, one per
+# tensor), `state.local[m]` and `state.base[m]` (worker m's, likewise), `state.in_flight`
+# (fragment → (arrival step, its new Θ_p as a list of arrays)). `frags[p]` lists the tensor
+# indices of fragment p. Change `state` and return it.
+
+# %%
+def after_step(t, state, frags, H, tau, alpha, bits, outer_lr):
+    # TODO: the syncs due after step t, then the arrivals due at t; return state
+    # BEGIN SOLUTION
+    M = len(state.local)
+    for p, idx in enumerate(frags):
+        if (t - first_send(p, H, len(frags))) % H == 0:
+            delta = [sum(quantize(state.base[m][i] - state.local[m][i], bits)
+                         for m in range(M)) / M for i in idx]
+            new, vel = outer_nesterov([state.theta[i] for i in idx],
+                                      [state.velocity[i] for i in idx], delta, outer_lr)
+            for n, i in enumerate(idx):
+                state.theta[i], state.velocity[i] = new[n], vel[n]
+            state.in_flight[p] = (t + tau, new)
+    for p, (due, new) in list(state.in_flight.items()):
+        if due == t:
+            for m in range(M):
+                for i, x in zip(frags[p], new, strict=True):
+                    state.local[m][i] = alpha * state.local[m][i] + (1 - alpha) * x
+                    state.base[m][i] = x
+            del state.in_flight[p]
+    return state
+    # END SOLUTION
+
+
+check_streaming_round(after_step)
+
+# %% [markdown]
+# ## Predict before you run
+#
+# **1.** A row `[0.01, 0.02, 5.0]` is sent in 4 bits with one scale for the row. What arrives
+# for 0.01?
+
+# %%
+print(np.asarray(quantize(np.array([[0.01, 0.02, 5.0]], np.float32), 4)))
+
+# %% [markdown]
+# <details><summary>Answer</summary>0: the scale is 5/7 ≈ 0.71, and 0.01/0.71 rounds to 0.
+# Small values next to a large one are lost, which is why the scale is per row and not per
+# tensor (a tensor has many rows, each with its own range).</details>
+#
+# **2.** P = 4 fragments, H = 8. After which steps of the first period is each fragment
+# sent, and how many fragments leave at once?
+
+# %%
+print({p: first_send(p, 8, 4) for p in range(4)})
+
+# %% [markdown]
+# <details><summary>Answer</summary>After steps 2, 4, 6 and 8: one fragment at a time, evenly
+# spread, the last one on the H-th step like DiLoCo's whole model. The peak per step is one
+# fragment, about a quarter of DiLoCo's.</details>
