@@ -111,7 +111,7 @@ def test_a_killed_learner_comes_back_and_the_run_replays():
     assert kinds == [("fail", 1), ("rejoin", 1)]  # killed again while down: no new failure
     kills = [t for t, kind, m, _ in real.log if kind == "kill"]
     assert len(kills) == 2
-    assert all(w[1] <= t < w[1] + 1.0 for t, w in zip(kills, windows, strict=True))
+    assert all(w[1] <= t < w[1] + 3.0 for t, w in zip(kills, windows, strict=True))
     [back] = [t for t, kind, m, _ in real.log if kind == "rejoin"]
     assert back >= windows[1][2]  # never back inside a window
     [(m, kill, rejoin, seen)] = real_windows(real)

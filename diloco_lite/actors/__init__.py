@@ -5,7 +5,9 @@
 - `syncer`: the syncer on the wall clock, driving the same `clock.syncer_state.SyncerState`
   and `clock.learner_rules.LearnerRules` as the simulated clock, booking with the same
   `Recorder`; `theta`: its numbers (Θ, the outer states, the merges);
-- `runtime`: the Ray actors, real kills and restarts, `train_actors(config)`.
+- `ray_actors`: the two Ray actors (a learner's process, the syncer's);
+- `runtime`: `train_actors(config)`: starts them, kills and restarts learners at the failure
+  windows, flushes at the end.
 
 Importing this package imports neither Ray nor JAX's backend; `train_actors` needs Ray (the
 `cluster` extra).

@@ -5,19 +5,19 @@ simulated clock's prediction for the same `Cluster`.
     python -m diloco_lite.actors.measure --quick
 
 Every scenario runs the same config twice: on Ray actors (`train_actors`: real processes, real
-waits, real SIGKILLs) and on the simulated clock (`train`). The learners' step times are the
+waits, real kills) and on the simulated clock (`train`). The learners' step times are the
 `Cluster`'s (padded: a real step takes its compute, then waits out the rest), so both clocks
 see the same speeds; what the simulated clock does not know is what reality adds:
 
 - `equal`: every learner at `step_time_s`;
 - `slow`: the last learner twice as slow;
 - `failures`: learners killed at a known rate (`FailureRate(mtbf_s, down_s)`, seeded). On
-  actors a failure is a real SIGKILL at the window's start. Ray reports the death after a
-  delay (`detect_s`), and the new process is ready after a restart (`restart_s`: Python, JAX,
-  the model, its compiled programs from the disk cache), not before the window's end. The
-  simulated clock knew neither: it is run a second time with the failure windows that really
-  happened (from the logged kill to the rejoin: `real_windows`), the measured reason folded
-  back into the model.
+  actors a failure is a real kill (`ray.kill`) at the window's start. Ray reports the death
+  after a delay (`detect_s`), and the new process is ready after a restart (`restart_s`:
+  Python, JAX, the model, its compiled programs from the disk cache), not before the window's
+  end. The simulated clock knew neither: it is run a second time with the failure windows
+  that really happened (from the logged kill to the rejoin: `real_windows`), the measured
+  reason folded back into the model.
 
 Per scenario: the run's seconds (its last row), its goodput, and the time to reach lock-step
 DiLoCo's final held-out loss (the same tokens, on the simulated clock; where a run never gets

@@ -24,17 +24,15 @@
   start), and `RunResult.plan` holds what really happened as a plan, which
   `training.train(config, plan=result.plan)` replays on the emulated mesh.
 
-Ray is an optional extra (`pip install "diloco_lite[cluster]"`); only this module imports it.
+Ray is an optional extra (`pip install "diloco_lite[cluster]"`); only this module and
+`actors.ray_actors` (the two actor classes) import it.
 Every actor and the local Ray instance this call started are gone when it returns, fails or
 is interrupted.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import functools
 import os
-import threading
 import time
 import warnings
 
@@ -42,189 +40,9 @@ import numpy as np
 
 from ..config import DecoupledDiLoCo, check
 from ..validate import check_nonnegative, check_positive
+from .ray_actors import actor_classes, import_ray
 
 POLL_S = 0.02  # how often the driver looks at the actors
-
-
-def _ray():
-    try:
-        import ray
-    except ImportError:
-        raise ImportError("the actor runtime needs Ray: pip install 'diloco_lite[cluster]' "
-                          "(or pip install ray)") from None
-    return ray
-
-
-@functools.cache
-def _actor_classes():
-    ray = _ray()
-
-    def _process(cache_dir):
-        from ..devices import emulate_devices, enable_compilation_cache
-
-        emulate_devices(1)
-        enable_compilation_cache(cache_dir)
-
-    @ray.remote(max_concurrency=2)
-    class Learner:
-        def __init__(self, config, m, params, cache_dir):
-            _process(cache_dir)
-            from ..clock import Timeline
-            from .learner import LearnerProgram
-
-            self.m, self.timeline = m, Timeline(config.cluster, config.workers)
-            self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
-            self.program = LearnerProgram(config, m, params)
-            self.program.warm_up()
-
-        def ready(self):
-            return True
-
-        def _fetch(self, p, ref):
-            """Θ_p of a published fragment: fetched in the background since it was announced
-            (over a real link it takes time: the learner should not wait for it when due)."""
-            announced, future = self.fetching.pop(p, (None, None))
-            return future.result() if announced == ref else ray.get(ref)
-
-        def run(self, syncer, t0, back_at=None):
-            prog, m = self.program, self.m
-            self.fetching, sent = {}, []
-            k, T = 0, 0.0
-            if back_at is not None:  # a new process after a failure: wait out the window
-                time.sleep(max(0.0, t0 + back_at - time.time()))
-                got = ray.get(syncer.rejoin.remote(m))
-                if got is None:
-                    return "ended"
-                leaves, inner, k, T = got
-                prog.reload(leaves, inner)
-            else:
-                prog.begin()
-            while True:
-                loss = prog.step(k)
-                T = max(T + self.timeline.duration(m, k), time.time() - t0)
-                time.sleep(max(0.0, t0 + T - time.time()))
-                reply = ray.get(syncer.boundary.remote(m, T, loss))
-                if reply.stop:
-                    prog.undo()
-                    ray.get(sent)  # every answer it sent has reached the syncer
-                    return "done"
-                sent = ray.wait(sent, num_returns=len(sent), timeout=0)[1] if sent else []
-                for p, sync in reply.answer:
-                    sent.append(syncer.answered.remote(m, p, sync, prog.answer(p), T))
-                for p, ref in reply.fetch:  # the newest version of p replaces an older one
-                    self.fetching[p] = (ref, self.pool.submit(ray.get, ref))
-                for p, ref in reply.apply:
-                    prog.apply(p, self._fetch(p, ref))
-                if reply.upload:
-                    ray.get(syncer.peer_state.remote(m, prog.inner_state()))
-                k += 1
-
-        def flush_payload(self, p):
-            return self.program.flush_answer(p)  # refused by a process that holds no state
-
-    @ray.remote(max_concurrency=64)
-    class Syncer:
-        def __init__(self, config, params, hold_s, cache_dir):
-            _process(cache_dir)
-            from .syncer import SyncerRuntime
-
-            self.rt, self.lock = SyncerRuntime(config, params, hold_s), threading.Lock()
-            self.refs = {}  # fragment -> its newest Θ_p in the object store (what learners take)
-            self.t0, self.error = None, None
-
-        def start(self, t0):
-            self.t0 = t0
-            with self.lock:
-                self.rt.start()
-            threading.Thread(target=self._loop, daemon=True).start()
-
-        def _now(self):
-            return time.time() - self.t0 if self.t0 is not None else 0.0
-
-        def _loop(self):  # the timers and the merges
-            try:
-                while True:
-                    with self.lock:
-                        self.rt.advance(self._now() - self.rt.hold)
-                        job = self.rt.next_merge()
-                    if job is None:
-                        time.sleep(0.002)
-                        continue
-                    result = self.rt.merge(job)
-                    ref = ray.put([np.asarray(x) for x in result[0]])
-                    with self.lock:
-                        self.rt.publish(job, result, self._now())
-                        self.refs[job.p] = ref
-            except Exception as e:  # noqa: BLE001 - reported by status()
-                self.error = repr(e)
-
-        def boundary(self, m, T, loss):
-            with self.lock:
-                reply = self.rt.boundary(m, T, loss)
-                # Θ_p travels through the object store: the newest published version of p is
-                # the syncer's current one (a fragment changes only when it is published)
-                reply.apply = [(p, self.refs[p]) for p, _ in reply.apply]
-                reply.fetch = [(p, self.refs[p]) for p in reply.fetch]
-                return reply
-
-        def answered(self, m, p, sync, payload, sent_at):
-            with self.lock:
-                self.rt.answered(m, p, sync, payload, sent_at, self._now())
-
-        def failed(self, m):
-            with self.lock:
-                self.rt.failed(m, self._now())
-
-        def killed(self, m):
-            with self.lock:
-                self.rt.killed(m, self._now())
-
-        def rejoin(self, m):
-            with self.lock:
-                ticket = self.rt.rejoin(m, self._now())
-            while True:  # until its peer uploads; a later failure of m voids the ticket
-                with self.lock:
-                    state, got = self.rt.take_rejoin(m, ticket)
-                if state != "wait":
-                    return got
-                time.sleep(0.002)
-
-        def peer_state(self, q, inner_state):
-            with self.lock:
-                self.rt.peer_state(q, inner_state, self._now())
-
-        def status(self):
-            with self.lock:
-                return {**self.rt.status(), "error": self.error, "now": self._now()}
-
-        def end_now(self):
-            with self.lock:
-                self.rt.ending = self.rt.clock
-
-        def _when_idle(self, what):
-            """`what()` under the lock once no merge is queued or being computed."""
-            while True:
-                with self.lock:
-                    if self.error:
-                        raise RuntimeError(f"the syncer failed: {self.error}")
-                    if not self.rt.busy:
-                        out = what()
-                        if out is not None:
-                            return out
-                time.sleep(0.002)
-
-        def flushes(self):
-            return self._when_idle(self.rt.flushes)
-
-        def flush(self, job):
-            result = self.rt.merge(job)
-            with self.lock:
-                self.rt.publish(job, result, self._now())
-
-        def result(self):
-            return self._when_idle(self.rt.result)
-
-    return Learner, Syncer
 
 
 def train_actors(config, *, init_params=None, progress: bool = True, hold_s: float = 0.01,
@@ -248,7 +66,7 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
     check_nonnegative("hold_s", hold_s)
     check_nonnegative("start_in_s", start_in_s)
     check_positive("stall_s", stall_s)
-    ray = _ray()
+    ray = import_ray()
     corpus, model, _, _ = setup(config, workers=1)
     params = init_params if init_params is not None else model.init(config.seed)
     params = jax.tree.map(lambda x: np.asarray(x, np.float32), jax.device_get(params))
@@ -264,7 +82,7 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
                      log_to_driver=True, logging_level="ERROR", configure_logging=True)
     learners, syncer = [], None
     try:
-        Learner, Syncer = _actor_classes()
+        Learner, Syncer = actor_classes()
         opts = dict(num_cpus=0, max_restarts=-1, max_task_retries=0)
         # the initial parameters: each actor draws them from the seed, unless given (then they
         # are held here for the whole run: a restarted learner is built from the same ones)
