@@ -22,9 +22,8 @@
 # > sweep H, the number of workers M and the data split.
 # > **You need** notebook 01 (DDP, the all-reduce, AdamW).
 # > **Time:** quick ≈ 2 min; full ≈ 30 min of training the first time (cached: seconds after).
-# > **Quick or full:** quick mode trains smaller runs through the same code. It is on in Colab
-# > and CI; elsewhere run `%env DILOCO_LITE_QUICK=1` before the first cell (`=0` for full on
-# > Colab).
+# > **Quick or full:** quick (smaller runs, same code) is on in Colab and CI; elsewhere run
+# > `%env DILOCO_LITE_QUICK=1` before the first cell (`=0`: full on Colab).
 #
 # DDP (notebook 01) all-reduces the whole gradient **every step**. DiLoCo (Douillard et al.
 # 2023) lets each of the `M` workers take **H** optimizer steps on its own data, with its own
@@ -139,13 +138,11 @@ def outer_nesterov(theta, velocity, delta, lr=0.7, mu=0.9):
 # %% [markdown]
 # ## 3. DiLoCo by hand, checked against the library
 #
-# Five rounds of H = 8 inner steps. Note what is *kept* across a sync: each worker's AdamW state
-# (moments and step count) — only the parameters are reset to the new θ. We also keep the
-# last round's θ and θ_m for the diagnostics of section 8.
+# Five rounds of H = 8 inner steps. What is *kept* across a sync: each worker's AdamW state
+# (moments and step count); only the parameters restart from the new θ.
 
 # %%
-# Full fp32 matmuls for the comparison: a GPU's default TF32 or a TPU's bf16 passes would
-# differ from the CPU by more than the tolerance (the library's runs elsewhere use the default).
+# Full fp32 matmuls: a GPU's TF32 or a TPU's bf16 passes would differ beyond the tolerance
 with jax.default_matmul_precision("highest"):
     theta, velocity = theta0, jax.tree.map(jnp.zeros_like, theta0)
     local, inner_state = stack(theta0), stack(inner_opt.init(theta0))
@@ -153,7 +150,7 @@ with jax.default_matmul_precision("highest"):
         batch_MxBxL1 = corpus.batch(t, seed=check_cfg.seed, workers=M, batch_size=B, seq_len=L)
         local, inner_state, _ = all_workers_step(local, inner_state, batch_MxBxL1)
         if (t + 1) % H == 0:  # sync: one exchange of Δ in a real cluster
-            last_round = (theta, local)
+            last_round = (theta, local)  # for section 8
             delta = jax.tree.map(lambda g, loc: jnp.mean(g[None] - loc, axis=0), theta, local)
             theta, velocity = outer_nesterov(theta, velocity, delta)
             local = stack(theta)  # every worker restarts from the new θ (AdamW state kept)
@@ -169,13 +166,11 @@ print(f"θ by hand == θ from dl.train after {check_cfg.steps // H} rounds "
 # %% [markdown]
 # ## 4. Communication, read from the compiled program
 #
-# On the devices, DiLoCo is two programs. The **inner loop**: each device runs its workers'
-# H steps (`lax.scan` over the steps of `vmap` over the workers it holds), inside `shard_map`
-# over the `workers` axis: nothing crosses devices. The **sync**: every device gathers all the
-# workers' Δ_m (an **all-gather**: the library sends Δ_m through its wire format, and 4-bit
-# payloads cannot be summed on the way, as an all-reduce would) and takes the same outer step
-# itself. Both written out, then compiled, and their collectives read from the HLO
-# (`dl.collective_bytes`):
+# On the devices DiLoCo is two programs. The **inner loop**: each device runs its workers' H
+# steps (`lax.scan` of `vmap`, inside `shard_map`): nothing crosses devices. The **sync**: every
+# device gathers all the Δ_m (an **all-gather**: b-bit payloads, notebook 03, cannot be summed
+# on the way as in an all-reduce) and takes the same outer step itself. Both written out, then
+# compiled, their collectives read from the HLO (`dl.collective_bytes`):
 
 # %%
 mesh = dl.worker_mesh(M)  # the devices the library uses (a Colab GPU or TPU, if there is one)
@@ -240,28 +235,21 @@ for label, cfg in GROUPS["h_sweep"].items():
 session.show("h_sweep", h_sweep, only=("diloco_h_sweep", "diloco_accuracy_vs_bytes"))
 
 # %% [markdown]
-# **What to look for.** Every run ends at the same number of tokens, so on the log axis of the
-# accuracy-vs-bytes chart DiLoCo's end point sits exactly H times to the left of DDP's: the
-# same training for a fraction of the bytes. The question is what that costs in accuracy.
-#
-# Why DiLoCo may trail DDP here: the paper's 150M-parameter model trains for a long run of outer
-# steps at H = 500, ours for a few hundred steps (a dozen outer steps at the reference H = 50 in
-# the full run), so the outer momentum has barely begun to work, and DiLoCo's learning rates are
-# DDP's. Notebook 09 reads the full runs' numbers and follows the papers' protocol (more outer
-# steps, a warm start, the outer lr tuned on other plays than those reported).
+# **What to look for.** At equal tokens, DiLoCo's end point sits exactly H times to the left of
+# DDP's on the accuracy-vs-bytes chart; what does that cost in accuracy? Here DiLoCo may trail
+# DDP: the paper's 150M-parameter model takes a long run of outer steps at H = 500, ours a dozen
+# (at H = 50 in the full run), too few for the outer momentum to pay off. Notebook 09 reads the
+# full runs and follows the papers' protocol (more outer steps, a warm start, a tuned outer lr).
 
 # %% [markdown]
 # ## 6. The M sweep: more workers, same global batch
 #
-# **Choice:** we hold the **global** batch fixed (32 sequences per step in the full run, so
-# 32, 16, 8, 4 per worker for M = 1, 2, 4, 8). Every run sees the same tokens and does the
-# same compute; more workers means the same job cut into more pieces that talk every H steps.
-# (Holding the per-worker batch fixed instead would give the larger M more data, mixing two
-# effects.) These runs follow the papers' protocol (notebook 09: in the full run, 2,400 steps of
-# 32 sequences, the same tokens as section 5 in 48 outer steps at H = 50). M = 1 is DiLoCo with
-# a single worker: no averaging at all, only the outer Nesterov step every H steps (a
-# "lookahead" optimizer). Each worker sends one model per sync whatever M is; the cosine chart
-# shows how much less the workers agree as M grows, the loss curves what that costs.
+# **Choice:** the **global** batch is fixed (32, 16, 8, 4 sequences per worker for M = 1, 2,
+# 4, 8 in the full run): the same tokens and compute, cut into more pieces that talk every H
+# steps. (A fixed per-worker batch would give the larger M more data, mixing two effects.)
+# These runs follow the papers' protocol (notebook 09). M = 1 is DiLoCo with one worker: no
+# averaging, only the outer Nesterov step every H steps (a "lookahead" optimizer). The cosine
+# chart shows how much less the workers agree as M grows, the loss curves what that costs.
 
 # %%
 m_sweep = session.run_group("m_sweep")
@@ -273,15 +261,11 @@ session.show("m_sweep", m_sweep)
 # %% [markdown]
 # ## 7. Non-i.i.d. shards: every worker reads different plays
 #
-# With `split="by_genre"` the training genres form G = min(M, 6) groups and worker m only ever
-# reads group m mod G: comedies, histories, tragedies, ... each on their own worker. For DDP
-# the split only changes which sequences make up the global batch ("DDP by genre" isolates
-# that); for DiLoCo the workers also *train* on different distributions for H steps.
-#
-# **Mind the arithmetic:** with M = 8 workers and 6 groups, workers 6 and 7 read groups 0 and 1
-# again, so those two groups make up 2/8 of every global batch and the other four 1/8 each —
-# the by-genre runs do not weigh the genres as the i.i.d. runs do (whose weights follow each
-# genre's share of the characters). The table shows who reads what:
+# With `split="by_genre"` the training genres form G = min(M, 6) groups and worker m only reads
+# group m mod G. For DDP the split only changes which sequences make up the global batch ("DDP
+# by genre" isolates that); DiLoCo's workers also *train* on different distributions for H
+# steps. **Mind the arithmetic:** with 8 workers and 6 groups, groups 0 and 1 are read twice,
+# so the by-genre runs do not weigh the genres as the i.i.d. runs do:
 
 # %%
 groups = corpus.genre_groups(M)
@@ -299,11 +283,9 @@ display(pd.DataFrame({k: h.iloc[-1] for k, h in shards.items()}).T[
 session.show("shards", shards)
 
 # %% [markdown]
-# The DiLoCo paper reports that non-i.i.d. shards barely matter (perplexity 15.02 vs 15.08 for
-# i.i.d.). Compare the two DiLoCo lines: the loss curves say whether the by-genre split costs
-# anything here, and the cosine chart whether the by-genre workers' pseudo-gradients agree less
-# — an average of disagreeing moves can still point in a useful direction. (Notebook 09 sets
-# the full runs beside the paper's numbers.)
+# The DiLoCo paper reports that non-i.i.d. shards barely matter (perplexity 15.02 vs 15.08).
+# Compare the two DiLoCo lines: does the by-genre split cost anything, and do its workers'
+# pseudo-gradients agree less? An average of disagreeing moves can still point somewhere useful.
 
 # %% [markdown]
 # ## 8. The cosine-similarity diagnostic
@@ -315,15 +297,13 @@ session.show("shards", shards)
 #    = \frac{1}{M^2}\Big(\sum_m \lVert\Delta_m\rVert^2 + \sum_{m \ne n} \Delta_m \cdot \Delta_n\Big)
 #    \approx \lVert\Delta\rVert^2 \, \frac{1 + (M - 1)\,c}{M} $$
 #
-# for workers that moved the same distance ‖Δ‖ with mean cosine c. **c ≈ 1**: the workers
-# agree, the average keeps the full step — and one worker alone would have found it (the
-# data were easy, or H is short). **c ≈ 0**: their moves are mostly noise orthogonal to each
-# other; the average shrinks like 1/√M and only the shared signal survives — the outer step gets
-# small (notebook 04 meets a merge that keeps its length). **c < 0**: they pull against each
-# other. The library measures it inside the sync, from the deltas it has just gathered (no
-# extra communication), and writes it in the run's history with `worker_drift` (the root mean
-# ‖Δ_m‖²) and `pseudo_grad_norm` (‖Δ‖ of the merge). By hand on the last round of section 3,
-# against what the library's run of section 3 recorded at its last merge:
+# for workers that moved the same distance ‖Δ‖ with mean cosine c. **c ≈ 1**: they agree, the
+# average keeps the full step (and one worker alone would have found it). **c ≈ 0**: their
+# moves are mostly orthogonal noise; the average shrinks like 1/√M and the outer step gets small
+# (notebook 04 meets a merge that keeps its length). **c < 0**: they pull against each other.
+# The library measures c inside the sync, from the deltas it gathered (no extra communication),
+# with `worker_drift` (the root mean ‖Δ_m‖²) and `pseudo_grad_norm` (‖Δ‖ of the merge). By hand
+# on the last round of section 3, against what the library's run recorded at its last merge:
 
 # %%
 theta_b, local_b = last_round
@@ -376,15 +356,11 @@ session.show("h_sweep", h_sweep, only=("diloco_cosine",))
 #    cosine go up or down as M grows?
 #    <details><summary>Answer</summary>Down: each worker's batch is smaller, its gradients
 #    noisier, and its H-step path strays further from the others'.</details>
-# 3. What would go wrong if each worker's AdamW state were reset at every sync?
-#    <details><summary>Answer</summary>Every round would restart AdamW's moment estimates (and
-#    its bias correction): the first steps of each round would be large and noisy. The
-#    exercise checker names this mistake.</details>
 
 # %% [markdown]
 # ## Exercises
 #
-# Write the pseudo-gradient, the outer step and the next round's start, assemble a whole DiLoCo
-# training loop, then RDA, each with a check that says what is wrong:
+# Write the pseudo-gradient, the outer step and the next round's start, then assemble a whole
+# DiLoCo training loop, each with a check that says what is wrong:
 # `notebooks/exercises/02_diloco.ipynb`
 # ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/02_diloco.ipynb)).

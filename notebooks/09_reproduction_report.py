@@ -251,3 +251,15 @@ display(R[R.experiment.isin(["links", "actors"])][["experiment", "method", "metr
 #   scaling sweep traces most of it to runs that are short for their size.
 # - Every number here comes from `figures/results.json`: rerun `make reproduce` and this page
 #   follows.
+#
+# ## Check yourself
+#
+# 1. Why is each method's outer learning rate chosen on two plays and reported on three others?
+#    <details><summary>Answer</summary>A value chosen on the data it is reported on is biased in
+#    its own favour (the best of four tries looks better than it is). Choosing on the tune plays
+#    and reporting the test plays keeps every reported number honest.</details>
+# 2. Predict, then check in section 4: does the shared warm start narrow DiLoCo's gap to DDP,
+#    and why might it?
+#    <details><summary>Answer</summary>Yes, by most of it: averaging eight workers that each see
+#    a few sequences costs most while the model is far from any good solution; once a DDP phase
+#    has brought it near one, the outer steps nearly catch up.</details>
