@@ -86,7 +86,9 @@ def actor_classes():
                     prog.undo()
                     ray.get(sent)  # every answer it sent has reached the syncer
                     return "done"
-                sent = ray.wait(sent, num_returns=len(sent), timeout=0)[1] if sent else []
+                if sent:  # the answers the syncer has taken (an error there surfaces here)
+                    done, sent = ray.wait(sent, num_returns=len(sent), timeout=0)
+                    ray.get(done)
                 for p, sync in reply.answer:
                     sent.append(syncer.answered.remote(m, p, sync, prog.answer(p), T))
                 for p, ref in reply.fetch:  # the newest version of p replaces an older one

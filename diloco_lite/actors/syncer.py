@@ -18,7 +18,10 @@ times the order is the simulated clock's (an ask reaches a learner that finishes
 very time; an answer that arrives after a grace deadline is too late, whichever thread sees it
 first). A merge is computed off the lock (`next_merge`/`merge`/`publish`): learners keep
 calling in meanwhile. On loopback a published fragment is picked up by each learner at its next
-boundary: publishing is the end of the merge.
+boundary: publishing is the end of the merge. (One difference at equal times: the simulated
+clock lets a learner apply, at its step boundary, a merge published at that very instant, on a
+free link even one its own answer of that boundary closed; here a learner hears of a merge at
+its first boundary after the publish.)
 
 The end: once the budget is spent, the learners stop; an answer sent by then counts as arrived
 at the end (on loopback's free link it arrived when sent), one sent later is left out.
