@@ -16,13 +16,13 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/00_emulated_devices.ipynb)
 #
-# > **You will learn** the few JAX pieces every later notebook is built from: lay devices out
+# > - **You will learn** the few JAX pieces every later notebook is built from: lay devices out
 # > on a mesh, place an array's pieces on them, write the program of one device with
 # > `shard_map`, make devices talk with collectives (`psum`, `pmean`), and count the bytes
 # > those collectives move by reading the compiled program.
-# > **You need** nothing but Python and a little NumPy.
-# > **Time:** quick ≈ 6 s; full ≈ 7 s (it trains nothing: both modes run the same code here).
-# > **Quick or full:** from notebook 01 on, quick mode trains smaller runs through the same code.
+# > - **You need** nothing but Python and a little NumPy.
+# > - **Time:** quick ≈ 6 s; full ≈ 7 s (it trains nothing: both modes run the same code here).
+# > - **Quick or full:** from notebook 01 on, quick mode trains smaller runs through the same code.
 # > It is on in Colab and CI; elsewhere run `%env DILOCO_LITE_QUICK=1` before the first cell
 # > (`=0` for full on Colab).
 #

@@ -16,13 +16,13 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/01_ddp.ipynb)
 #
-# > **You will learn** data-parallel training (DDP) built by hand on the real model: each
+# > - **You will learn** data-parallel training (DDP) built by hand on the real model: each
 # > worker's gradient, one all-reduce, one identical update; the pitfall that silently
 # > multiplies the gradient by the number of devices; the bytes of a step read from the
 # > compiled program; and the library's DDP checked against all of it.
-# > **You need** notebook 00 (meshes, shardings, `shard_map`, `psum`/`pmean`, `collective_bytes`).
-# > **Time:** quick ≈ 1 min; full ≈ 4 min.
-# > **Quick or full:** quick mode trains smaller runs through the same code. It is on in Colab
+# > - **You need** notebook 00 (meshes, shardings, `shard_map`, `psum`/`pmean`, `collective_bytes`).
+# > - **Time:** quick ≈ 1 min; full ≈ 4 min.
+# > - **Quick or full:** quick mode trains smaller runs through the same code. It is on in Colab
 # > and CI; elsewhere run `%env DILOCO_LITE_QUICK=1` before the first cell (`=0` for full on
 # > Colab).
 #

@@ -16,13 +16,13 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/02_diloco.ipynb)
 #
-# > **You will learn** DiLoCo: each worker trains alone for H steps, then the workers' moves are
+# > - **You will learn** DiLoCo: each worker trains alone for H steps, then the workers' moves are
 # > averaged into one *pseudo-gradient* and an *outer* optimizer takes a step. You write it by
 # > hand, check the library against it, read its one collective in the compiled program, then
 # > sweep H, the number of workers M and the data split.
-# > **You need** notebook 01 (DDP, the all-reduce, AdamW).
-# > **Time:** quick ≈ 2 min; full ≈ 30 min of training the first time (cached: seconds after).
-# > **Quick or full:** quick (smaller runs, same code) is on in Colab and CI; elsewhere run
+# > - **You need** notebook 01 (DDP, the all-reduce, AdamW).
+# > - **Time:** quick ≈ 2 min; full ≈ 30 min of training the first time (cached: seconds after).
+# > - **Quick or full:** quick (smaller runs, same code) is on in Colab and CI; elsewhere run
 # > `%env DILOCO_LITE_QUICK=1` before the first cell (`=0`: full on Colab).
 #
 # DDP (notebook 01) all-reduces the whole gradient **every step**. DiLoCo (Douillard et al.

@@ -16,12 +16,12 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/03_streaming_diloco.ipynb)
 #
-# > **You will learn** the three ideas Streaming DiLoCo adds to DiLoCo — fragments that sync at
+# > - **You will learn** the three ideas Streaming DiLoCo adds to DiLoCo — fragments that sync at
 # > staggered steps, an overlap τ during which training goes on, 4-bit pseudo-gradients — each by
 # > hand, then assembled into one training loop that you run and check against the library.
-# > **You need** notebook 02 (DiLoCo: H inner steps, the pseudo-gradient Δ, the outer step).
-# > **Time:** quick ≈ 1 min; full ≈ 7 min of training the first time (cached: seconds after).
-# > **Quick or full:** quick mode trains smaller runs through the same code. It is on in Colab
+# > - **You need** notebook 02 (DiLoCo: H inner steps, the pseudo-gradient Δ, the outer step).
+# > - **Time:** quick ≈ 1 min; full ≈ 7 min of training the first time (cached: seconds after).
+# > - **Quick or full:** quick mode trains smaller runs through the same code. It is on in Colab
 # > and CI; elsewhere run `%env DILOCO_LITE_QUICK=1` before the first cell (`=0` for full on
 # > Colab).
 #

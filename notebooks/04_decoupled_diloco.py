@@ -16,15 +16,15 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/04_decoupled_diloco.ipynb)
 #
-# > **You will learn** how Decoupled DiLoCo trains without a barrier: learners that step at their
+# > - **You will learn** how Decoupled DiLoCo trains without a barrier: learners that step at their
 # > own pace, a syncer that merges whatever answers come in (quorum, grace window, token
 # > weights, Radial-Directional Averaging), failures that cost only the failed learner's work.
 # > You read the whole method as one short program, run it, check the fast library against it,
 # > and race it against DiLoCo with a slow learner and with failing machines.
-# > **You need** notebooks 02 (DiLoCo: inner steps, the pseudo-gradient Δ, the outer Nesterov
+# > - **You need** notebooks 02 (DiLoCo: inner steps, the pseudo-gradient Δ, the outer Nesterov
 # > step) and 03 (fragments, the overlap τ, the mixing α, b-bit deltas).
-# > **Time:** quick ≈ 1 min; full ≈ 45 min of training the first time (cached: seconds after).
-# > **Quick or full:** quick (smaller runs, same code) is on in Colab and CI; elsewhere run
+# > - **Time:** quick ≈ 1 min; full ≈ 45 min of training the first time (cached: seconds after).
+# > - **Quick or full:** quick (smaller runs, same code) is on in Colab and CI; elsewhere run
 # > `%env DILOCO_LITE_QUICK=1` before the first cell (`=0`: full on Colab).
 #
 # Streaming DiLoCo (notebook 03) talks little, but every sync is still a **barrier**: one slow
@@ -187,7 +187,7 @@ assert first_close == (5.0, (0, 1, 2, 3))
 # %% [markdown]
 # And a run to look at: 4 learners, learner 3 half again as slow, learner 1 down from 6.5 s to
 # 9.2 s, two fragments, τ = 1, K = 2, 4-bit answers, links with 0.3 s latency. Each lane is a
-# learner (grey ticks: its steps), the top lane the syncer:
+# learner (grey ticks: its steps; shaded: down), the top lane the syncer:
 
 # %%
 scenario = dl.RunConfig(

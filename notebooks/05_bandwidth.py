@@ -16,13 +16,13 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/05_bandwidth.ipynb)
 #
-# > **You will learn** how fast the link between datacenters must be for each method to keep its
+# > - **You will learn** how fast the link between datacenters must be for each method to keep its
 # > accelerators busy: the bandwidth of DDP and of Decoupled DiLoCo derived by hand and checked
 # > against a small simulator, utilization curves, and the reconstruction of two published
 # > claims (198 → 0.84 Gbit/s between 8 datacenters; "more than 20× faster" across 4 regions).
-# > **You need** notebooks 01 (DDP's all-reduce, the ring factor), 02 and 03 (H, fragments P,
+# > - **You need** notebooks 01 (DDP's all-reduce, the ring factor), 02 and 03 (H, fragments P,
 # > overlap τ, 4-bit deltas) and 04 (Decoupled DiLoCo's learners upload to a syncer).
-# > **Time:** quick ≈ 15 s; full ≈ 15 s: both run the same simulations (quick mode only draws
+# > - **Time:** quick ≈ 15 s; full ≈ 15 s: both run the same simulations (quick mode only draws
 # > fewer points on the curves of section 2).
 #
 # Data-parallel training (DDP) exchanges the whole gradient every step; DiLoCo every H steps;

@@ -16,14 +16,14 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/06_goodput.ipynb)
 #
-# > **You will learn** what failures cost a job on a million chips: the failure rate, the
+# > - **You will learn** what failures cost a job on a million chips: the failure rate, the
 # > best checkpoint interval and the expected goodput of each scheme, derived by hand and
 # > checked against the library, then a chaos simulator swept over cluster sizes and numbers of
 # > learners, next to the published values.
-# > **You need** notebook 04 (Decoupled DiLoCo: learners that never wait, a syncer, a failure
+# > - **You need** notebook 04 (Decoupled DiLoCo: learners that never wait, a syncer, a failure
 # > that costs only the failed learner's work; goodput, its section 5) and a little probability
 # > (the exponential distribution).
-# > **Time:** quick ≈ 15 s; full ≈ 15 s: both run the same code (quick mode simulates 1 day and
+# > - **Time:** quick ≈ 15 s; full ≈ 15 s: both run the same code (quick mode simulates 1 day and
 # > 3 seeds per point instead of 7 days and 8).
 #
 # A chip fails about once a year. A job on 1.2 million chips therefore sees a failure

@@ -16,17 +16,17 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/07_real_links.ipynb)
 #
-# > **You will learn** to run the same training as several OS processes and check that it
+# > - **You will learn** to run the same training as several OS processes and check that it
 # > gives one process's parameters; to derive by hand what a ring all-reduce and an all-gather
 # > put on the wire and what the simulated clock charges for them; and to measure both, bytes
 # > and seconds, for DDP and DiLoCo on throttled links.
-# > **You need** notebooks 01 and 02 (DDP's all-reduce, DiLoCo's sync every H steps) and 04
+# > - **You need** notebooks 01 and 02 (DDP's all-reduce, DiLoCo's sync every H steps) and 04
 # > (the simulated clock: `Cluster`, `Link`, `sim_time_s`).
-# > **Time:** quick ≈ 80 s; full ≈ 5 min.
-# > **Quick or full:** quick mode measures smaller runs through the same code (2 hosts, one
+# > - **Time:** quick ≈ 80 s; full ≈ 5 min.
+# > - **Quick or full:** quick mode measures smaller runs through the same code (2 hosts, one
 # > link rate). It is on in Colab and CI; elsewhere run `%env DILOCO_LITE_QUICK=1` before the
 # > first cell (`=0` for full on Colab).
-# > **The testbed** (throttled links, bytes counted) needs Linux, root and iproute2, as this
+# > - **The testbed** (throttled links, bytes counted) needs Linux, root and iproute2, as this
 # > project's CI and dev machines have. Elsewhere (Colab, a laptop) it falls back to plain
 # > loopback with no throttle, says so, and only the times are measured.
 #

@@ -16,17 +16,17 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/08_actors.ipynb)
 #
-# > **You will learn** to run Decoupled DiLoCo on real processes (Ray actors: one per learner,
+# > - **You will learn** to run Decoupled DiLoCo on real processes (Ray actors: one per learner,
 # > one for the syncer), to check that in the synchronous limit they give the simulated run's
 # > parameters, to kill a learner for real and read the run on a timeline beside the simulated
 # > clock's, to compute its goodput by hand, and to replay what happened on one device.
-# > **You need** notebook 04 (learners, the syncer, the quorum K, the grace window, token
+# > - **You need** notebook 04 (learners, the syncer, the quorum K, the grace window, token
 # > weights, RDA, τ; the simulated clock and its `Cluster`; goodput, section 5).
-# > **Time:** quick ≈ 1 min; full ≈ 1.5 min.
-# > **Quick or full:** quick mode trains smaller runs through the same code. It is on in Colab
+# > - **Time:** quick ≈ 1 min; full ≈ 1.5 min.
+# > - **Quick or full:** quick mode trains smaller runs through the same code. It is on in Colab
 # > and CI; elsewhere run `%env DILOCO_LITE_QUICK=1` before the first cell (`=0` for full on
 # > Colab).
-# > **Ray** is needed: the `cluster` extra (`pip install "diloco_lite[cluster]"`); on Colab the
+# > - **Ray** is needed: the `cluster` extra (`pip install "diloco_lite[cluster]"`); on Colab the
 # > notebook installs it.
 #
 # Notebook 04 ran Decoupled DiLoCo on a **simulated clock**, in one Python process: "a learner

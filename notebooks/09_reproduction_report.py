@@ -16,12 +16,12 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/09_reproduction_report.ipynb)
 #
-# > **What this is:** not a lesson but the report. Notebooks 00–08 teach each method on runs
+# > - **What this is:** not a lesson but the report. Notebooks 00–08 teach each method on runs
 # > small enough to train while you read; here are the full runs of `make reproduce` (and
 # > `make reproduce-scaling`), read from the results they wrote, `figures/results.json`. Every
 # > number on this page is computed from that file; none is typed by hand.
-# > **You need** notebooks 02–06 for what the methods and measurements are.
-# > **Time:** seconds (it trains nothing). To regenerate the results: `make reproduce` (about
+# > - **You need** notebooks 02–06 for what the methods and measurements are.
+# > - **Time:** seconds (it trains nothing). To regenerate the results: `make reproduce` (about
 # > an hour on 2 cores; cached and resumable) and `make reproduce-scaling` (about 2¼ hours).
 
 # %%

@@ -10,7 +10,7 @@ driver's `on_action(action, t)` (the driver sets the timers, carries closes down
 queues their merges), after doing the learners' part of it (an `Ask` is noted, a `Close` stops
 the learners answering that sync and drops the answers still on the wire).
 
-The rules (ALGORITHMS.md §4):
+The rules (docs/algorithms.md §4):
 
 1. asked for fragment p, an up learner answers at its next step boundary with Δ = base − θ,
    every step since its base: `boundary` returns the answers it sends now. Not while its

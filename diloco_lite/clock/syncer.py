@@ -12,7 +12,7 @@ fragment in flight, failures and rejoins, the end-of-run flush), and the learner
 `learner_rules.LearnerRules` (when a learner answers and applies, what a rejoin loads, the
 flush's weights). A real runtime drives the same two with wall-clock times
 (`actors.syncer`); this module is their simulated driver: the event queue, each learner's
-step times and failure windows (`Timeline`), and the FIFO timing of the links (ALGORITHMS.md
+step times and failure windows (`Timeline`), and the FIFO timing of the links (docs/algorithms.md
 §4):
 
 1. an answer goes through the wire format over the learner's own link (first in first out)
