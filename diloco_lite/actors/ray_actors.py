@@ -148,8 +148,9 @@ def actor_classes():
                 return reply
 
         def answered(self, m, p, sync, payload, sent_at):
+            now = self._now()  # when it arrived, not when the lock was free
             with self.lock:
-                self.rt.answered(m, p, sync, payload, sent_at, self._now())
+                self.rt.answered(m, p, sync, payload, sent_at, now)
 
         def failed(self, m):
             with self.lock:
