@@ -21,7 +21,7 @@
 # > hand, check the library against it, read its one collective in the compiled program, then
 # > sweep H, the number of workers M and the data split.
 # > - **You need** notebook 01 (DDP, the all-reduce, AdamW).
-# > - **Time:** quick ≈ 2 min; full ≈ 30 min of training the first time (cached: seconds after).
+# > - **Time:** quick ≈ 1 min; full ≈ 30 min of training the first time (cached: seconds after).
 # > - **Quick or full:** quick (smaller runs, same code) is on in Colab and CI; elsewhere run
 # > `%env DILOCO_LITE_QUICK=1` before the first cell (`=0`: full on Colab).
 #

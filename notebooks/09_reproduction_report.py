@@ -21,7 +21,7 @@
 # > `make reproduce-scaling`), read from the results they wrote, `figures/results.json`. Every
 # > number on this page is computed from that file; none is typed by hand.
 # > - **You need** notebooks 02–06 for what the methods and measurements are.
-# > - **Time:** seconds (it trains nothing). To regenerate the results: `make reproduce` (about
+# > - **Time:** 5 s in both modes (it trains nothing). To regenerate the results: `make reproduce` (about
 # > an hour on 2 cores; cached and resumable) and `make reproduce-scaling` (about 2¼ hours).
 
 # %%
