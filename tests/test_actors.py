@@ -63,13 +63,33 @@ def ray_processes(wait_s: float = 20.0) -> list:
 
     deadline = time.time() + wait_s
     while True:
-        out = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True, text=True).stdout
-        alive = [line for line in out.splitlines()
-                 if any(k in line for k in ("raylet", "gcs_server", "ray::"))
-                 and not line.startswith("Z") and "ps -eo" not in line]
+        alive = [args for _, stat, args in our_processes()
+                 if any(k in args for k in ("raylet", "gcs_server", "ray::"))
+                 and not stat.startswith("Z")]
         if not alive or time.time() > deadline:
             return alive
         time.sleep(0.5)
+
+
+def our_processes() -> list[tuple[int, str, str]]:
+    """(pid, stat, args) of the processes this test process started: its descendants, and the
+    orphans (adopted by init) born since it started. Another project's Ray on the same machine
+    is none of this test's business, and must never be killed by it."""
+    out = subprocess.run(["ps", "-eo", "pid,ppid,etimes,stat,args"], capture_output=True,
+                         text=True).stdout.splitlines()[1:]
+    rows = {int(r[0]): r for r in (line.split(None, 4) for line in out) if len(r) == 5}
+    me = os.getpid()
+    born = int(rows[me][2]) if me in rows else 0  # seconds since this process started
+    mine, found = {me}, True
+    while found:  # descendants, to any depth
+        found = False
+        for pid, r in rows.items():
+            if int(r[1]) in mine and pid not in mine:
+                mine.add(pid)
+                found = True
+    mine |= {pid for pid, r in rows.items() if r[1] == "1" and int(r[2]) <= born}
+    return [(pid, r[3], r[4]) for pid, r in rows.items()
+            if pid in mine and pid != me and "ps -eo" not in r[4]]
 
 
 @needs_ray
@@ -168,10 +188,9 @@ def test_killing_the_syncer_ends_the_run_with_a_message():
     thread.start()
     deadline = time.time() + 120
     while time.time() < deadline and not out:
-        titles = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True,
-                                text=True).stdout.splitlines()
-        if any("ray::Learner.run" in t for t in titles):  # the learners are training
-            pid = next(int(t.split()[0]) for t in titles if "ray::Syncer" in t)
+        titles = [(pid, args) for pid, _, args in our_processes()]
+        if any("ray::Learner.run" in t for _, t in titles):  # the learners are training
+            pid = next(pid for pid, t in titles if "ray::Syncer" in t)
             os.kill(pid, 9)
             break
         time.sleep(0.2)
