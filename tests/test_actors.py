@@ -142,7 +142,10 @@ def test_a_killed_learner_comes_back_and_the_run_replays():
     assert steps[1] < steps[0] and sum(steps) == cfg.workers * cfg.steps
     assert any(m == 1 and kind == "answer" and t > back for t, kind, m, _ in real.log)
     replay = dl.train(cfg, progress=False, plan=real.plan)
-    assert max_abs_diff(real.params, replay.params) < 1e-5
+    # 64 AdamW steps a learner: float rounding that differs between one device per learner and
+    # 8 devices, vmapped, grows to ~1e-4 (the same plan replayed on 1 and on 8 devices differed
+    # by 6e-5); a replay that misses a merge, an apply or a reload moves them by ~1e-2
+    assert max_abs_diff(real.params, replay.params) < 3e-4
     assert np.isfinite(real.final["val_loss"])
     assert ray_processes() == []
 
