@@ -80,6 +80,7 @@ def test_the_build_warns_of_nothing_deprecated(tmp_path):
 def test_import_does_not_start_a_backend():
     """After importing every public module, the device count can still be chosen."""
     code = ("import diloco_lite as dl, diloco_lite.config, diloco_lite.devices, jax;"
+            "import diloco_lite.reference, diloco_lite.exercises, diloco_lite.wire;"
             "[getattr(dl, name) for name in dl.__all__];"
             "jax.config.update('jax_num_cpu_devices', 3); print(len(jax.devices()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
