@@ -26,13 +26,28 @@ from tests.helpers import plan_events as events
 T2 = float(16 * 64) ** 2  # (tokens per step)² with RunConfig's default batch 16 × 64
 
 
-def plan(cluster=None, workers=4, steps=12, algo=None, **kw):
+def plan(cluster=None, workers=4, steps=12, algo=None, rejoin_nbytes=0, **kw):
     algo = algo or dl.DecoupledDiLoCo(**{**dict(inner_steps=4, fragments=1, overlap=0,
                                                 quorum=1), **kw})
     cfg = dl.RunConfig(algorithm=algo, workers=workers, steps=steps, cluster=cluster)
     p = getattr(algo, "fragments", 1) if not isinstance(algo, (dl.DDP, dl.DiLoCo)) else 1
     return make_plan(cfg, up_nbytes=[100] * p, down_nbytes=[10] * p, sizes=[1] * p,
-                     rejoin_nbytes=0, eval_at=[steps])
+                     rejoin_nbytes=rejoin_nbytes, eval_at=[steps])
+
+
+def test_each_hosts_bytes_are_booked_where_they_travel():
+    """M = 2, P = 1, H = 4, τ = 0, K = 1, 8 steps; an answer is 100 B, a reply 10 B, a rejoin
+    1,000 B (Θ: one value, 4 B; the rest a peer's inner optimizer state, 996 B). Learner 1 is
+    down from 2.5 s to 3 s: back, it loads Θ from the syncer and learner 0's state through the
+    syncer. Both answer the asks at 4 and 8 s, and both get each reply. The budget (16 steps)
+    runs out at 9 s with learner 0's step; the flush takes learner 0's one step since 8 s.
+    Host 0 (the syncer) receives 5 answers and the state; learner 0's host sends 3 answers and
+    the state, learner 1's 2 answers; each receives 2 replies, learner 1's also the rejoin."""
+    pl = plan(Cluster(failures=((1, 2.5, 3.0),)), workers=2, steps=8, rejoin_nbytes=1000)
+    assert pl.hosts == dict(tx=[2 * 2 * 10 + 1000, 3 * 100 + 996, 2 * 100],
+                            rx=[5 * 100 + 996, 2 * 10, 2 * 10 + 1000])
+    f = final(pl)
+    assert f["comm_bytes"] == 500 and f["down_bytes"] == 40 + 1000
 
 
 def test_a_failed_learner_is_out_of_the_merge_and_of_the_quorum():

@@ -28,7 +28,7 @@ import diloco_lite as dl
 from diloco_lite.actors.learner import LearnerProgram
 from diloco_lite.actors.syncer import SyncerRuntime
 from diloco_lite.algorithms import make_driver
-from diloco_lite.clock import Cluster, Link, Timeline
+from diloco_lite.clock import Cluster, Link, Links, Timeline
 from diloco_lite.clock.plan import make_plan
 from diloco_lite.clock.recorder import FRESH
 from diloco_lite.clock.syncer import BOUNDARY, FAIL, PUBLISH, REJOIN, RESPONSE
@@ -64,7 +64,7 @@ def by_hand(cfg, hold_s: float = 0.0) -> dict:
     timeline = Timeline(cfg.cluster, M)
     link = timeline.cluster.link
     heap, seq = [], itertools.count()
-    wi, up_free, down_free = [0] * M, [0.0] * M, [0.0]
+    wi, links = [0] * M, Links(link, M)
 
     def push(t, kind, *data):
         heapq.heappush(heap, (t, kind, next(seq), data))
@@ -76,9 +76,8 @@ def by_hand(cfg, hold_s: float = 0.0) -> dict:
 
     def merges():  # the syncer's merge thread: computed at once, published once sent down
         while (job := rt.next_merge()) is not None:
-            at = max(down_free[0], job.closed_at) + link.busy_s(rt.rec.down_nbytes[job.p])
-            down_free[0] = at
-            push(at + link.latency_s, PUBLISH, job, rt.merge(job))
+            at = links.fan_out(job.receivers, rt.rec.down_nbytes[job.p], job.closed_at)
+            push(max(at, default=job.closed_at), PUBLISH, job, rt.merge(job))
 
     def due(queue):  # its next entry (time, kind), None after the end
         if queue and (rt.ending is None or queue[0][0] <= rt.ending):
@@ -106,8 +105,8 @@ def by_hand(cfg, hold_s: float = 0.0) -> dict:
                 progs[m].undo()
                 continue
             for p, sync in reply.answer:
-                up_free[m] = max(up_free[m], t) + link.busy_s(rt.rec.up_nbytes[p])
-                push(up_free[m] + link.latency_s, RESPONSE, m, p, sync, progs[m].answer(p), t)
+                push(links.send(m + 1, 0, rt.rec.up_nbytes[p], t), RESPONSE, m, p, sync,
+                     progs[m].answer(p), t)
             for p, theta in reply.apply:
                 progs[m].apply(p, theta)
             start_step(m, t)

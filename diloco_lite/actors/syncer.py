@@ -72,7 +72,7 @@ class Reply:
 class Merge:
     p: int
     weights: dict  # learner -> weight
-    receivers: int
+    receivers: tuple  # the learners up at the close: one reply each
     wait_s: float
     payloads: dict  # learner -> bytes
     flush: bool = False
@@ -269,7 +269,7 @@ class SyncerRuntime:
         if self.busy:
             return None
         self.flushing = True
-        return [Merge(p, who, 0, 0.0, {}, flush=True)
+        return [Merge(p, who, (), 0.0, {}, flush=True)
                 for p, who in self.rules.flushes(self.clock)]
 
     def result(self) -> dict:
@@ -295,7 +295,8 @@ class SyncerRuntime:
                 heapq.heappush(self.timers, (when, ASK, next(self.seq), p, -1))
             case SetDeadline(p, sync, when):
                 heapq.heappush(self.timers, (when, DEADLINE, next(self.seq), p, sync))
-            case Close(p, sync, weights, _, receivers, wait_s):
+            case Close(p, sync, weights, _, _, wait_s):
+                receivers = tuple(m for m in range(self.M) if self.up[m])
                 payloads = {}
                 for m in weights:
                     answered, payloads[m] = self.payloads[p][m]

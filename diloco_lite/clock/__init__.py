@@ -17,6 +17,15 @@ model): DDP's gradient all-reduce `ring_factor(M)` = 2(M−1)/M of its payload p
 without decoding) `gather_factor(M)` = M−1 payloads per worker and M−1 hops; each hop adds
 `latency_s` (`exchange_cost`). tests/test_testbed.py measures both factors on real links.
 
+Decoupled DiLoCo's messages cross hosts (`Links`): host 0 is the syncer's, host m + 1 learner
+m's, each with its full-duplex link. A message of n bytes from host a to host b holds a's
+sending side and b's receiving side for n · 8 / bandwidth seconds, both first in first out
+(it starts once both are free: with equal rates a single stream is not slowed by the second
+hop), and arrives `latency_s` after it leaves. So the M answers of a sync queue on the
+syncer's receiving side, and the syncer's M copies of a merged fragment (the b-bit reply,
+`DecoupledDiLoCo.down_bits`: one per learner up, in learner order) on its sending side.
+tests/test_testbed.py and `actors.measure` measure both on real links.
+
 The rest of the package turns a config into a *plan* on this clock (`schedule`: the one
 schedule of sends and arrivals; `lockstep`: DDP, DiLoCo, Streaming; `syncer`: Decoupled, whose
 decisions are the state machine of `syncer_state` and the learners' side `learner_rules`,
@@ -218,3 +227,33 @@ class Timeline:
     def offered_steps(self, elapsed_s: float) -> float:
         """Learner-steps the cluster could have done in `elapsed_s` at nominal speed."""
         return float(np.sum(elapsed_s / self.nominal))
+
+
+class Links:
+    """The per-host links of Decoupled DiLoCo's messages (module docstring): hosts 0 (the
+    syncer) to `learners`, each with its own `link`. `send` books a message and returns when it
+    arrives; `peek` says when it would, booking nothing."""
+
+    def __init__(self, link: Link, learners: int):
+        self.link = link
+        self.tx = [0.0] * (learners + 1)  # when each host's sending side is free
+        self.rx = [0.0] * (learners + 1)  # ... its receiving side
+
+    def send(self, a: int, b: int, nbytes: float, t: float) -> float:
+        """A message of `nbytes` from host a to host b, ready at t: its arrival."""
+        end = max(t, self.tx[a], self.rx[b]) + self.link.busy_s(nbytes)
+        self.tx[a] = self.rx[b] = end
+        return end + self.link.latency_s
+
+    def peek(self, a: int, b: int, nbytes: float, t: float) -> float:
+        """`send`'s arrival, without booking the message."""
+        return max(t, self.tx[a], self.rx[b]) + self.link.busy_s(nbytes) + self.link.latency_s
+
+    def fan_out(self, to, nbytes: float, t: float, *, book: bool = True) -> list[float]:
+        """The syncer's copies of one message to learners `to`, one after the other in that
+        order, ready at t: their arrivals (`book`: False to only predict them)."""
+        tx, rx = self.tx[0], list(self.rx)
+        out = [self.send(0, m + 1, nbytes, t) for m in to]
+        if not book:
+            self.tx[0], self.rx = tx, rx
+        return out

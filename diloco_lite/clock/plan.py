@@ -34,7 +34,9 @@ def make_plan(config, *, up_nbytes, down_nbytes, sizes, rejoin_nbytes: int,
     if isinstance(algo, DecoupledDiLoCo):
         plan_decoupled(rec, schedule, timeline, algo, steps=config.steps, eval_at=set(eval_at),
                        tokens_per_step=tokens)
-    else:
-        plan_lockstep(rec, schedule, timeline, steps=config.steps, elastic=algo.elastic,
-                      ddp=isinstance(algo, DDP), eval_at=set(eval_at))
-    return rec.finish()
+        return rec.finish()
+    plan_lockstep(rec, schedule, timeline, steps=config.steps, elastic=algo.elastic,
+                  ddp=isinstance(algo, DDP), eval_at=set(eval_at))
+    plan = rec.finish()
+    plan.hosts = None  # a lock-step exchange is a ring: `clock.exchange_cost`, not messages
+    return plan

@@ -86,6 +86,8 @@ class Plan:
     step_time: list  # per learner: simulated completion time of each device step
     fragments: list  # per fragment: {"up_bytes", "down_bytes", "syncs"}
     final: dict  # the counters at the end of the run
+    hosts: dict | None = None  # Decoupled DiLoCo: bytes each host sent ("tx") and received
+    # ("rx"), host 0 the syncer's, host m + 1 learner m's (`Recorder`)
 
 
 class Recorder:
@@ -94,7 +96,11 @@ class Recorder:
     Counters (host-side, exact): learner-steps processed (every step computed), useful and lost
     (module docstring), bytes up (learners → merge) and down (syncer → learners, and rejoin
     downloads), the per-step peaks of bytes up and down (bins of one reference step of
-    simulated time, in Gbit/s), outer steps, quorum waits.
+    simulated time, in Gbit/s), outer steps, quorum waits. Per host (`tx`, `rx`: host 0 the
+    syncer's, host m + 1 learner m's), the bytes it sends and receives: an answer goes from its
+    learner to the syncer, a reply from the syncer to each of its `receivers`, a rejoin's Θ
+    (fp32) from the syncer to the learner, and the peer's inner optimizer state (the rest of
+    `rejoin_nbytes`) from the peer through the syncer.
 
     Per learner m and fragment p it tracks the work not yet merged (`pending`, in steps; a float
     because an arrival keeps a share α of it), the part of it in an answer on the wire
@@ -123,6 +129,8 @@ class Recorder:
         self.bins: dict[int, int] = {}  # bytes up per reference step of simulated time
         self.down_bins: dict[int, int] = {}  # bytes down, likewise
         self.frag = [dict(up_bytes=0, down_bytes=0, syncs=0) for _ in range(p)]
+        self.tx, self.rx = [0] * (m + 1), [0] * (m + 1)  # bytes per host (class docstring)
+        self.theta_nbytes = 4 * int(total)  # Θ in fp32, as a rejoin downloads it
 
     # ---- learners -----------------------------------------------------------------------------
     def position(self, m: int) -> int:
@@ -152,6 +160,7 @@ class Recorder:
         self._book_up(p, len(learners) * self.up_nbytes[p], t, flush)
         for m in learners:
             self.wire[m][p] = self.pending[m][p]
+            self._host(m + 1, 0, self.up_nbytes[p])
         self._event("send", t, p, learners, flush=flush)
 
     def closing(self, p: int, learners) -> None:
@@ -166,9 +175,10 @@ class Recorder:
         stays in the learner, unmerged, until an arrival overwrites it or it answers again."""
         self.wire[m][p] = 0.0
 
-    def close(self, p: int, weights: dict, t: float, *, flush: bool = False, receivers: int = 0,
+    def close(self, p: int, weights: dict, t: float, *, flush: bool = False, receivers=(),
               wait_s: float = 0.0, bytes_at: float | None = None, upload: bool = False) -> None:
-        """The merge of fragment p from the learners in `weights` (learner -> weight).
+        """The merge of fragment p from the learners in `weights` (learner -> weight), sent to
+        the learners `receivers` (one reply each).
 
         `upload`: the close carries its own upload (DDP's all-reduce), booked at `bytes_at`."""
         if upload:
@@ -182,7 +192,9 @@ class Recorder:
             self.pending[m][p] -= merged
             self.wire[m][p] = self.merging[m][p] = 0.0
             self.merged[m][p] = not flush
-        down = receivers * self.down_nbytes[p]
+        down = len(receivers) * self.down_nbytes[p]
+        for m in receivers:
+            self._host(0, m + 1, self.down_nbytes[p])
         self.c["down"] += down
         if down:
             k = _bin(t, self.timeline.t_ref)
@@ -216,7 +228,12 @@ class Recorder:
         have merged its last answer)."""
         self.since[m] = [0] * self.P
         self.merged[m] = [False] * self.P
-        self.c["down"] += self.rejoin_nbytes
+        theta = min(self.rejoin_nbytes, self.theta_nbytes)
+        state = self.rejoin_nbytes - theta if peer != FRESH else 0  # fresh: made where it is
+        self.c["down"] += theta + state
+        self._host(0, m + 1, theta + state)
+        if state:
+            self._host(peer + 1, 0, state)  # the peer's state, up to the syncer
         ev = self._event("reload", t, -1, [m])
         ev.peer = np.arange(self.M)
         ev.peer[m] = peer
@@ -304,7 +321,7 @@ class Recorder:
         if pos != final:
             open_block(final)
         return Plan(blocks, self.M, self.timeline.t_ref, [np.array(t) for t in self.times],
-                    self.frag, dict(self.c))
+                    self.frag, dict(self.c), dict(tx=list(self.tx), rx=list(self.rx)))
 
     # ---- helpers ------------------------------------------------------------------------------
     def _lose(self, m: int, work: list) -> None:
@@ -337,6 +354,11 @@ class Recorder:
             if ev.fragment == p or any(ev.at[m] != at[m] for m in shared):
                 return None
         return None
+
+    def _host(self, a: int, b: int, nbytes: int) -> None:
+        """A message of `nbytes` from host a to host b."""
+        self.tx[a] += nbytes
+        self.rx[b] += nbytes
 
     def _book_up(self, p: int, nbytes: int, t: float, flush: bool = False) -> None:
         self.c["up"] += nbytes

@@ -15,10 +15,12 @@ flush's weights). A real runtime drives the same two with wall-clock times
 step times and failure windows (`Timeline`), and the FIFO timing of the links (docs/algorithms.md
 §4):
 
-1. an answer goes through the wire format over the learner's own link (first in first out)
-   and reaches the syncer when it has arrived;
-2. a closed sync's new fragment goes down one FIFO broadcast link; it is published when it
-   has arrived;
+1. an answer goes through the wire format from the learner's host to the syncer's (`Links`:
+   each host's sending and receiving sides first in first out, so the M answers of a sync
+   queue on the syncer's receiving side) and reaches the syncer when it has arrived;
+2. a closed sync's merged fragment (the reply, in `down_bits`) goes to each learner up, one
+   copy after the other from the syncer's host; it is published when the last has arrived,
+   and that message also tells the learners that the sync is closed;
 3. at equal times an ask reaches a learner that finishes a step at that very time; a step's
    answers go before the merges of that instant, which go before the learners' applies.
 
@@ -39,7 +41,7 @@ import itertools
 import math
 import warnings
 
-from . import Timeline
+from . import Links, Timeline
 from .learner_rules import LearnerRules
 from .recorder import Recorder
 from .schedule import Schedule
@@ -53,7 +55,7 @@ ASK, BOUNDARY, RESPONSE, DEADLINE, PUBLISH, APPLY, FAIL, REJOIN, END = range(9)
 def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, *, steps: int,
                    eval_at: set, tokens_per_step: int) -> None:
     """Record a Decoupled DiLoCo run into `rec` (see the module docstring)."""
-    M, tau = timeline.learners, schedule.overlap
+    M = timeline.learners
     link, budget = timeline.cluster.link, M * steps
     heap, seq = [], itertools.count()
 
@@ -61,27 +63,28 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
         heapq.heappush(heap, (t, kind, next(seq), data))
 
     wi = [0] * M  # each learner's next failure window
-    up_free, down_free = [0.0] * M, 0.0
+    links = Links(link, M)
     processed, evals = 0, sorted(e for e in eval_at if e < steps)
 
-    def down_time(p: int, t: float) -> float:
-        return max(down_free, t) + link.busy_s(rec.down_nbytes[p]) + link.latency_s
+    def reply(p: int, t: float, book: bool) -> float:
+        """When fragment p's merge, closed at t, reaches the last learner up."""
+        to = [m for m in range(M) if syncer.up[m]]
+        return max(links.fan_out(to, rec.down_nbytes[p], t, book=book), default=t)
 
     def on_action(a, t: float) -> None:
-        """The syncer's timers go on the queue; a close goes down the link."""
-        nonlocal down_free
+        """The syncer's timers go on the queue; a close goes to the learners up."""
         match a:
             case AskAt(p, when):
                 push(when, ASK, p)
             case SetDeadline(p, sync, when):
                 push(when, DEADLINE, p, sync)
-            case Close(p, _, weights, _, receivers, wait_s):
-                published = down_time(p, t)
-                down_free = published - link.latency_s
-                push(published, PUBLISH, p, weights, receivers, wait_s)
+            case Close(p, _, weights, _, _, wait_s):
+                to = tuple(m for m in range(M) if syncer.up[m])
+                push(reply(p, t, book=True), PUBLISH, p, weights, to, wait_s)
 
-    syncer = SyncerState(algo, M, timeline.t_ref, send_back_s=lambda p, t: down_time(p, t) - t)
-    rules = LearnerRules(syncer, rec, tau=tau, tokens_per_step=tokens_per_step,
+    syncer = SyncerState(algo, M, timeline.t_ref,
+                         send_back_s=lambda p, t: reply(p, t, book=False) - t)
+    rules = LearnerRules(syncer, rec, tau=schedule.overlap, tokens_per_step=tokens_per_step,
                          on_action=on_action)
 
     def start_step(m: int, t: float) -> None:
@@ -90,7 +93,7 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
         push(w[0] if w is not None and w[0] < end else end,
              FAIL if w is not None and w[0] < end else BOUNDARY, m)
 
-    def publish(p: int, weights: dict, receivers: int, wait_s: float, t: float) -> None:
+    def publish(p: int, weights: dict, receivers: tuple, wait_s: float, t: float) -> None:
         rules.published(p, weights, t, receivers=receivers, wait_s=wait_s)
 
     for m in range(M):
@@ -107,8 +110,7 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
                 continue  # finished at the very instant the budget ran out: not counted
             processed += 1
             for p, sync in rules.boundary(m, t):
-                up_free[m] = max(up_free[m], t) + link.busy_s(rec.up_nbytes[p])
-                push(up_free[m] + link.latency_s, RESPONSE, p, m, sync)
+                push(links.send(m + 1, 0, rec.up_nbytes[p], t), RESPONSE, p, m, sync)
             push(t, APPLY, m)
             if processed == budget:
                 push(t, END)

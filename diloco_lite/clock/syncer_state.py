@@ -183,11 +183,8 @@ class SyncerState:
     def published(self, p: int, t: float) -> list:
         self.in_flight.remove(p)
         self.version[p] += 1
-        nxt = self.step[p] + self.H
-        while self._at_step(nxt) <= t:
-            nxt += self.H
-        self.step[p] = nxt
-        return [AskAt(p, self._at_step(nxt))]
+        self.step[p] = self._next_step(p, t)
+        return [AskAt(p, self._at_step(self.step[p]))]
 
     def applied(self, m: int, p: int, t: float) -> list:
         self.held[m][p] = self.version[p]
@@ -220,6 +217,17 @@ class SyncerState:
                 actions.append(Flush(p, who))
         return actions
 
+    # ---- questions ------------------------------------------------------------------------------
+    def holds(self, p: int, m: int, sync: int) -> bool:
+        """Whether p's open sync is `sync` and holds learner m's answer (sent, up)."""
+        s = self._open(p, sync)
+        return s is not None and m in s.sent
+
+    def next_ask(self, p: int, t: float) -> float:
+        """When fragment p would be asked next if its version in flight were published at t
+        (what `published(p, t)` will say: the runtime announces it with the publish)."""
+        return self._at_step(self._next_step(p, t))
+
     # ---- helpers --------------------------------------------------------------------------------
     def _open(self, p: int, sync: int) -> _Sync | None:
         s = self.syncs[p]
@@ -240,6 +248,14 @@ class SyncerState:
         return [Close(p, s.id, {m: s.sent[m] for m in sorted(s.arrived)},
                       tuple(sorted(set(s.sent) - s.arrived)), sum(self.up),
                       s.quorum_t - s.asked_t)]
+
+    def _next_step(self, p: int, t: float) -> int:
+        """The first of p's reference steps offset(p) + n·H after its current ask that ends
+        after t."""
+        nxt = self.step[p] + self.H
+        while self._at_step(nxt) <= t:
+            nxt += self.H
+        return nxt
 
     def _at_step(self, k: int) -> float:
         while len(self._grid) <= k:

@@ -6,13 +6,16 @@ owns the global fragments Θ_p and, for each fragment, on its own schedule:
 1. **asks** every learner that is up, at reference steps offset(p), offset(p) + H, … (Streaming
    DiLoCo's schedule, on the clock of the median learner: t_ref seconds a step);
 2. each learner **answers** at its next step boundary with Δ = base − θ (base: the Θ_p it last
-   took), in b bits, through its own link (first in, first out);
+   took), in b bits, from its host to the syncer's (every host's link sends and receives first
+   in, first out: the M answers queue on the syncer's side);
 3. the syncer waits for a **quorum** of K answers, then a **grace window** (the slack it has
    before the learners need the result, times a safety factor), and closes as soon as no learner
    that is up is still awaited;
 4. it **merges** the answers with token weights w = tokens · tokens/steps (Radial-Directional
    Averaging; the embeddings by the weighted mean), takes the **outer Nesterov step** on Θ_p and
-   sends Θ_p down its link: it is **published** when it has arrived;
+   sends it (in `down_bits`) to each learner up, one copy after the other: it is **published**
+   when the last has arrived. That message also tells the learners the sync is closed: a learner
+   answers until then (a late answer is left out);
 5. each learner **applies** it τ of its own steps after the ask: θ ← αθ + (1−α)Θ_p, base ← Θ_p.
 
 A learner fails at the times of `Cluster.failures`: it loses its state and its unmerged work,
@@ -49,7 +52,6 @@ class Learner:
     since: list                  # per fragment: its steps since that base
     steps: int = 0               # steps taken; also the index of its next batch
     up: bool = True
-    link_free: float = 0.0       # when its link is done sending what is queued
     failures: int = 0            # failure windows behind it
     asked: dict = dataclasses.field(default_factory=dict)     # fragment -> sync to answer
     ask_step: dict = dataclasses.field(default_factory=dict)  # fragment -> its step at the ask
@@ -95,7 +97,8 @@ class Run:
                                  [0] * a.fragments) for _ in range(self.M)]
         self.syncs = [None] * a.fragments  # each fragment's open sync
         self.ask_at = [first_send(p, a.inner_steps, a.fragments) for p in range(a.fragments)]
-        self.grid, self.down_free, self.taken = [0.0], 0.0, 0
+        self.grid, self.taken = [0.0], 0
+        self.tx, self.rx = [0.0] * (self.M + 1), [0.0] * (self.M + 1)  # hosts' links: when free
         self.heap, self.seq, self.ids = [], itertools.count(), itertools.count()
 
     def run(self) -> list:
@@ -147,8 +150,7 @@ class Run:
                 S.unanswered.discard(m)
                 S.answers[m] = ((n * self.tokens) ** 2 / n,  # tokens · tokens per step
                                 [quantize(L.base[i] - L.params[i], a.bits) for i in self.frags[p]])
-            L.link_free = max(L.link_free, t) + self.link.busy_s(self.up_bytes[p])
-            self.push(L.link_free + self.link.latency_s, ANSWER, p, m, sync)
+            self.push(self.message(m + 1, 0, self.up_bytes[p], t), ANSWER, p, m, sync)
             self.note(t, "answer", m, p)
         self.push(t, APPLY, m)
         if self.taken == self.budget:
@@ -190,8 +192,7 @@ class Run:
         old, peers = self.learners[m], [L for L in self.learners if L.up]
         opt_state = peers[0].opt_state if peers else self.s.optimizer.init(self.theta)
         L = self.learners[m] = Learner(list(self.theta), opt_state, list(self.theta),
-                                       [0] * len(self.frags), old.steps,
-                                       link_free=old.link_free, failures=old.failures)
+                                       [0] * len(self.frags), old.steps, failures=old.failures)
         self.note(t, "rejoin", m)
         for p, S in enumerate(self.syncs):
             if S is not None and m in S.unanswered:
@@ -216,7 +217,7 @@ class Run:
         if S.quorum_t is None and len(S.arrived) >= self.algo.quorum:
             S.quorum_t = t  # slack: what is left of τ reference steps after the reply's trip
             slack = self.algo.overlap * self.clock.t_ref - (
-                (t - S.asked_t) + (self.down_arrival(p, t) - t))
+                (t - S.asked_t) + (self.replies(p, t, book=False) - t))
             S.deadline = t + (self.algo.grace_safety * slack if slack > 0 else 0.0)
             self.push(S.deadline, DEADLINE, p, S.id)
         self.close_if_done(t, p)
@@ -228,7 +229,7 @@ class Run:
 
     def close_if_done(self, t, p, grace_over=False):
         """Close p's sync once it has its quorum and no learner that is up is still awaited,
-        or the grace window is over; the merge goes down the syncer's link."""
+        or the grace window is over; the merge goes to every learner up."""
         S = self.syncs[p]
         if S is None or S.quorum_t is None:
             return
@@ -237,16 +238,13 @@ class Run:
         if awaited and not grace_over:
             return
         self.syncs[p] = None
-        for L in self.learners:
-            L.asked.pop(p, None)
-        arrival = self.down_arrival(p, t)
-        self.down_free = arrival - self.link.latency_s
-        self.push(arrival, PUBLISH, p, {m: S.answers[m] for m in sorted(S.arrived)})
+        self.push(self.replies(p, t), PUBLISH, p, {m: S.answers[m] for m in sorted(S.arrived)})
         self.note(t, "close", tuple(sorted(S.arrived)), p)
 
     def publish(self, t, p, answers):
-        """The merge reaches the learners: the outer step on Θ_p; each learner that is up
-        applies it τ of its own steps after its ask (or after its next step)."""
+        """The merge reaches the learners: the outer step on Θ_p; they know the sync is
+        closed; each learner that is up applies it τ of its own steps after its ask (or after
+        its next step)."""
         idx, a = self.frags[p], self.algo
         delta = split_merge([self.s.names[i] for i in idx], [w for w, _ in answers.values()],
                             [d for _, d in answers.values()], rda_=a.merge == "rda")
@@ -260,6 +258,7 @@ class Run:
             if L.up:
                 L.due[p] = min(L.due.get(p, math.inf), L.ask_step.get(p, L.steps + 1) + a.overlap)
             L.ask_step.pop(p, None)
+            L.asked.pop(p, None)
         self.note(t, "publish", None, p)
         k = self.ask_at[p] + a.inner_steps  # the next ask: the first scheduled after now
         while self.step_time(k) <= t:
@@ -285,7 +284,7 @@ class Run:
         bits = self.algo.down_bits
         return new if bits == 32 else old + quantize(new - old, bits)
 
-    # ---- plumbing: the heap, the reference steps, the syncer's link, the log ---------------
+    # ---- plumbing: the heap, the reference steps, the hosts' links, the log ----------------
     def push(self, t, kind, *data):
         heapq.heappush(self.heap, (t, kind, next(self.seq), data))
 
@@ -295,9 +294,22 @@ class Run:
             self.grid.append(self.grid[-1] + self.clock.t_ref)
         return self.grid[k]
 
-    def down_arrival(self, p, t):
-        """When Θ_p reaches the learners if sent at t (after what the link still carries)."""
-        return max(self.down_free, t) + self.link.busy_s(self.down_bytes[p]) + self.link.latency_s
+    def message(self, a, b, nbytes, t):
+        """When a message sent at t from host a to host b arrives (host 0: the syncer's; m + 1:
+        learner m's): it waits for a's sending side and b's receiving side, holds both."""
+        end = max(t, self.tx[a], self.rx[b]) + self.link.busy_s(nbytes)
+        self.tx[a] = self.rx[b] = end
+        return end + self.link.latency_s
+
+    def replies(self, p, t, book=True):
+        """When Θ_p, sent at t, has reached every learner up (one copy each, in turn; `book`:
+        False to only predict it)."""
+        tx, rx = self.tx[0], list(self.rx)
+        last = max([self.message(0, m + 1, self.down_bytes[p], t)
+                    for m, L in enumerate(self.learners) if L.up], default=t)
+        if not book:
+            self.tx[0], self.rx = tx, rx
+        return last
 
     def note(self, t, what, m=None, p=None):
         if self.log is not None:
