@@ -1,18 +1,20 @@
-"""The wall-clock syncer (`actors.syncer.SyncerRuntime`) driven by hand, no Ray.
+"""The wall-clock syncer (`actors.syncer.SyncerRuntime`) and the learners' agents
+(`actors.agent.LearnerAgent`) driven by hand, no Ray.
 
 `by_hand` plays what the actor runtime does, on the simulated clock's times: each learner a
-real `LearnerProgram` stepping at its `Timeline` times and answering with its real Δ bytes;
-its answers cross its own FIFO link, and a closed sync's fragment the syncer's (the `Cluster`'s
-`Link`); a failure window kills the learner (its state is lost) and it rejoins at the window's
-end (from a peer's state, or fresh). The plan the runtime records must be the simulated
+real `LearnerProgram` stepping at its `Timeline` times and running its own rules on what it has
+heard (no call at its step boundaries), answering with its real Δ bytes and its report; its
+answers cross the hosts' links (`clock.Links`), the syncer's replies carry the time the same
+links deliver them; a failure window kills the learner (its state is lost, and what it did
+since its last report the syncer books from its rules and step times) and it rejoins at the
+window's end (from a peer's state, or fresh). The plan the runtime books must be the simulated
 clock's (`make_plan`) event for event, its counters the same, and its parameters those of
 `train(config)`: the two drivers apply the same rules, with payloads, failures and finite
-links. (At equal times the runtime's learner applies at its step boundary, before a publish of
-that very instant; the simulated clock applies after it: the scenarios avoid such ties.)
+links.
 
-The last tests check the runtime's edges by hand: the end of a run (a late answer, a merge
-still being computed), an answer after a grace deadline, a learner killed while waiting to
-rejoin, and a restarted learner's flush payload.
+The last tests check the runtime's edges by hand: the end of a run (an answer after the
+budget's last step, a merge still being computed), an answer after a grace deadline, a
+learner killed while waiting to rejoin, and a restarted learner's flush payload.
 """
 
 import heapq
@@ -25,17 +27,19 @@ import optax
 import pytest
 
 import diloco_lite as dl
+from diloco_lite.actors.agent import LearnerAgent
 from diloco_lite.actors.learner import LearnerProgram
 from diloco_lite.actors.syncer import SyncerRuntime
 from diloco_lite.algorithms import make_driver
 from diloco_lite.clock import Cluster, Link, Links, Timeline
 from diloco_lite.clock.plan import make_plan
 from diloco_lite.clock.recorder import FRESH
-from diloco_lite.clock.syncer import BOUNDARY, FAIL, PUBLISH, REJOIN, RESPONSE
+from diloco_lite.clock.syncer import BOUNDARY, END, FAIL, REJOIN, RESPONSE
 from diloco_lite.training import eval_points, setup
 from tests.helpers import max_abs_diff, tiny_run
 
 MOMENTUM = optax.sgd(0.2, momentum=0.5)  # an inner optimizer with a state (a rejoin loads it)
+STOPPED = END + 1  # (the by-hand driver's) a learner at its stop reports, after its answers
 END_22 = sum([0.2] * 22)  # 22 steps of 0.2 s end at this float (4.400000000000001)
 
 
@@ -54,93 +58,125 @@ def simulated_plan(cfg):
                      rejoin_nbytes=d.rejoin_nbytes, eval_at=eval_points(cfg))
 
 
-def by_hand(cfg, hold_s: float = 0.0) -> dict:
-    """Drive `SyncerRuntime` as the actors do (module docstring); returns its `result()`."""
+def by_hand(cfg, hold_s: float = 0.0, peer_at_once: bool = True) -> dict:
+    """Drive `SyncerRuntime` and the learners' agents as the actors do (module docstring);
+    returns its `result()`."""
     _, model, _, _ = setup(cfg, workers=1)
     params = model.init(cfg.seed)
     rt = SyncerRuntime(cfg, params, hold_s=hold_s)
-    M = cfg.workers
+    M, P, tau = cfg.workers, cfg.algorithm.fragments, cfg.algorithm.overlap
     progs = [LearnerProgram(cfg, m, params) for m in range(M)]
+    agents = [LearnerAgent(m, P, tau) for m in range(M)]
+    life = [0] * M
     timeline = Timeline(cfg.cluster, M)
-    link = timeline.cluster.link
-    heap, seq = [], itertools.count()
-    wi, links = [0] * M, Links(link, M)
+    links = Links(timeline.cluster.link, M)  # the answers' (the syncer models its replies)
+    heap, seq, wi, uploads = [], itertools.count(), [0] * M, set()
+    arrival = [0.0] * M  # when each learner's last answer arrives
 
     def push(t, kind, *data):
         heapq.heappush(heap, (t, kind, next(seq), data))
 
     def start_step(m, t):  # its next step ends, unless its failure window begins first
-        end = t + timeline.duration(m, rt.rules.k[m])
+        end = t + timeline.duration(m, agents[m].k)
         w = timeline.window(m, wi[m])
-        push(*((w[0], FAIL) if w is not None and w[0] < end else (end, BOUNDARY)), m)
+        failing = w is not None and w[0] < end
+        if agents[m].stopped:  # it reports once its answers are in; killed all the same in
+            push(max(t, arrival[m]), STOPPED, m)  # the step the simulated clock starts
+            if failing:
+                push(w[0], FAIL, m)
+            return
+        push(*((w[0], FAIL) if failing else (end, BOUNDARY)), m)
 
-    def merges():  # the syncer's merge thread: computed at once, published once sent down
+    def deliver(t):  # the syncer's messages: at once (each counts from its own time)
+        for m, message, reply in rt.outbox:
+            if message[0] == "upload":
+                uploads.add(m)
+                continue
+            if reply is not None:
+                progs[m].receive(message[2], message[3], reply)
+            stopped = agents[m].stopped
+            agents[m].hear(message)
+            if stopped and not agents[m].stopped:  # a new stop: it goes on
+                start_step(m, t)
+        rt.outbox.clear()
+
+    def merges(t):  # the syncer's merge thread: computed at once
         while (job := rt.next_merge()) is not None:
-            at = links.fan_out(job.receivers, rt.rec.down_nbytes[job.p], job.closed_at)
-            push(max(at, default=job.closed_at), PUBLISH, job, rt.merge(job))
+            rt.merged(job, rt.merge(job))
+        deliver(t)
 
-    def due(queue):  # its next entry (time, kind), None after the end
-        if queue and (rt.ending is None or queue[0][0] <= rt.ending):
-            return queue[0][:2]
-        return None
+    def due(queue):  # its next entry (time, kind)
+        return queue[0][:2] if queue else None
 
-    for m in range(M):
+    for m, messages in enumerate(rt.start()):
         progs[m].begin()
+        for message in messages:
+            agents[m].hear(message)
         start_step(m, 0.0)
-    rt.start()
     while True:
         timer, event = due(rt.timers), due(heap)
-        if timer is None and event is None:
+        if event is None and (timer is None or rt.end is None and rt.roster.predicted_end is not None
+                              and timer[0] > rt.roster.predicted_end):
             break
         if event is None or (timer is not None and timer < event):
             rt.advance(timer[0], timer[1] + 1)  # the syncer's own timer
-            merges()
+            merges(timer[0])
             continue
         t, kind, _, data = heapq.heappop(heap)
+        if rt.end is not None and t > rt.end:
+            continue  # the run is over (a learner back after it does not rejoin)
         if kind == BOUNDARY:
             (m,) = data
-            loss = progs[m].step(rt.rules.k[m])
-            reply = rt.boundary(m, t, loss)
-            if reply.stop:
-                progs[m].undo()
-                continue
-            for p, sync in reply.answer:
-                push(links.send(m + 1, 0, rt.rec.up_nbytes[p], t), RESPONSE, m, p, sync,
-                     progs[m].answer(p), t)
-            for p, theta in reply.apply:
-                progs[m].apply(p, theta)
+            a = agents[m]
+            answers, applies = a.boundary(t, progs[m].step(a.k))
+            for p, n, since in answers:
+                payload = progs[m].answer(p)
+                arrival[m] = links.send(m + 1, 0, rt.theta.nbytes(p), t)
+                push(arrival[m], RESPONSE, m, p, n, since, payload, t, a.take_report())
+            for p, version in applies:
+                progs[m].apply(p, version)
+            if m in uploads:
+                uploads.discard(m)
+                rt.peer_state(m, progs[m].inner_state(), t)
+                a.uploaded(t)
             start_step(m, t)
         elif kind == RESPONSE:
-            m, p, sync, payload, sent_at = data
-            rt.answered(m, p, sync, payload, sent_at, t)
-        elif kind == PUBLISH:
-            rt.publish(*data, t)
+            m, p, n, since, payload, sent_at, report = data
+            rt.answered(m, life[m], p, n, payload, since, sent_at, report, t)
+        elif kind == STOPPED:
+            (m,) = data
+            if agents[m].stopped:
+                rt.reported(m, life[m], agents[m].take_report(), final=(agents[m].k,
+                                                                        agents[m].held))
         elif kind == FAIL:
             (m,) = data
             back = timeline.window(m, wi[m])[1]
             wi[m] += 1
-            rt.failed(m, t)
+            rt.killed(m, t)
+            rt.failed(m, t)  # heard of at once, as on the simulated clock
+            life[m] += 1
             if math.isfinite(back):
                 push(back, REJOIN, m)
         elif kind == REJOIN:
             (m,) = data
             ticket = rt.rejoin(m, t)
-            if m in rt.peer_of:  # its peer uploads its inner optimizer state at once
+            if m in rt.peer_of and peer_at_once:  # its peer uploads now (the clock's rule)
                 q = rt.peer_of[m]
                 rt.peer_state(q, progs[q].inner_state(), t)
+                rt.outbox[:] = [o for o in rt.outbox if o[1][0] != "upload"]
             state, got = rt.take_rejoin(m, ticket)
             assert state == "ready", state
-            progs[m].reload(got[0], got[1])
+            progs[m].reload(got["leaves"], got["inner"], got["versions"])
+            agents[m] = LearnerAgent(m, P, tau, k=got["k"], versions=got["versions"])
+            for message in got["messages"]:
+                agents[m].hear(message)
             start_step(m, t)
-        merges()
-    for t, kind, _, data in sorted(heap):  # in flight at the end: published
-        if kind == PUBLISH:
-            rt.publish(*data, t)
+        merges(t)
     jobs = rt.flushes()
     assert jobs is not None
     for job in jobs:
         job.payloads = {m: progs[m].flush_answer(job.p) for m in job.weights}
-        rt.publish(job, rt.merge(job), rt.clock)
+        rt.flush(job)
     return rt.result()
 
 
@@ -242,59 +278,81 @@ def test_the_wall_clock_syncer_is_the_simulated_run(name):
 
 
 def runtime(cfg, hold_s=0.0):
+    """The syncer of `cfg` and its learners' agents, started."""
     _, model, _, _ = setup(cfg, workers=1)
     rt = SyncerRuntime(cfg, model.init(cfg.seed), hold_s=hold_s)
-    rt.start()
-    return rt
+    agents = [LearnerAgent(m, cfg.algorithm.fragments, cfg.algorithm.overlap)
+              for m in range(cfg.workers)]
+    for a, messages in zip(agents, rt.start(), strict=True):
+        for message in messages:
+            a.hear(message)
+    return rt, agents
 
 
-def zeros(rt, p):
-    """A payload of fragment p (its bytes; the values do not matter here)."""
-    return np.zeros(rt.theta.nbytes(p), np.uint8)
+def answers_at(rt, agents, m, t):
+    """Learner m's step boundary at t: its answers [(p, n, since, t, report)]."""
+    answers, _ = agents[m].boundary(t, 0.0)
+    return [(m, p, n, since, t, agents[m].take_report()) for p, n, since in answers]
 
 
-def to_the_end(rt, learners=2, step=0.2, steps=8):
-    """Every learner's boundaries at step, 2·step, … until the budget runs out, each answer in
-    at once and each merge published at once, but for the answers sent at the last boundary:
-    returns those, [(m, p, sync)]."""
-    for k in range(1, steps + 1):
-        sent = []
-        for m in range(learners):
-            sent += [(m, p, sync) for p, sync in rt.boundary(m, k * step, 0.0).answer]
-        if k == steps:
+def arrive(rt, answer, at):
+    """An answer reaches the syncer at `at` (a payload of its fragment: zeros)."""
+    m, p, n, since, t, report = answer
+    rt.answered(m, 0, p, n, np.zeros(rt.theta.nbytes(p), np.uint8), since, t, report, at)
+
+
+def to_the_end(rt, agents, step=0.2):
+    """Every learner's boundaries at step, 2·step, … to its stop, each answer in at once, each
+    merge published at once, but for the answers sent at the last boundary: returns those."""
+    k = 0
+    while not all(a.stopped for a in agents):
+        k += 1
+        sent = [x for m, a in enumerate(agents) if not a.stopped
+                for x in answers_at(rt, agents, m, k * step)]
+        if all(a.stopped for a in agents):
             return sent
-        for m, p, sync in sent:
-            rt.answered(m, p, sync, zeros(rt, p), k * step, k * step)
+        for x in sent:
+            arrive(rt, x, k * step)
         while (job := rt.next_merge()) is not None:
-            rt.publish(job, rt.merge(job), k * step)
+            rt.merged(job, rt.merge(job))
+        for m, message, _ in rt.outbox:
+            agents[m].hear(message)
+        rt.outbox.clear()
 
 
-def test_an_answer_sent_after_the_budget_is_left_out():
-    """The learner that finishes after the budget ran out is told to stop, and an answer sent
-    later than the end is not merged (the simulated clock stops there too)."""
-    rt = runtime(decoupled(steps=8))
-    for T in np.arange(1, 9) * 0.2:
-        for m in range(3):
-            assert not rt.boundary(m, float(T), 0.0).stop
-    assert rt.ending == pytest.approx(1.6)
-    assert rt.boundary(0, 1.8, 0.0).stop
-    rt.answered(1, 0, 99, zeros(rt, 0), 1.8, 1.8)
-    assert not rt.payloads[0] and all(kind != RESPONSE for _, kind, *_ in rt.timers)
+def stopped(rt, agents):
+    """Every learner reports its stop (after its answers are in)."""
+    for m, a in enumerate(agents):
+        rt.reported(m, 0, a.take_report(), final=(a.k, a.held))
 
 
-def test_an_answer_late_at_the_end_is_never_merged_beside_the_flush():
-    """Issue 30 defect 1. K = M = 2, one fragment: both learners answer the ask at 1.6 s, the
-    instant the budget runs out. If their answers are not in when the flush is planned, the
-    flush takes their Δ; when they come in later they must not start a merge of the same
-    fragment beside it (it would be merged twice, off the lock)."""
-    cfg = decoupled(workers=2, steps=8, fragments=1, overlap=0)
-    rt = runtime(cfg)
-    late = to_the_end(rt)
-    assert rt.ending == pytest.approx(1.6) and sorted(m for m, _, _ in late) == [0, 1]
+@pytest.mark.parametrize("latency", [0.0, 0.05])
+def test_an_answer_sent_at_the_end(latency):
+    """Issue 30 defect 1, and the end's rule. K = M = 2, one fragment: both learners answer the
+    ask at 1.6 s, their last step (the budget's last); their answers reach the syncer after it
+    (1.7 s). As on the simulated clock, nothing is handled after the end but the publishes: on
+    a free link an answer sent by the end has arrived by then (it closes the sync, an outer
+    step); with 50 ms of latency it has not: the flush takes their Δ, and no merge of the same
+    fragment starts beside it."""
+    cfg = decoupled(workers=2, steps=8, fragments=1, overlap=0,
+                    cluster=Cluster(step_time_s=0.2, link=Link(latency_s=latency)))
+    rt, agents = runtime(cfg)
+    late = to_the_end(rt, agents)
+    assert sorted(x[0] for x in late) == [0, 1] and rt.roster.stop == [8, 8]
+    for x in late:
+        arrive(rt, x, 1.7)
+    assert rt.end is None and rt.flushes() is None  # the learners have not said they stopped
+    stopped(rt, agents)
+    assert rt.end == pytest.approx(1.6)
+    rt.advance(1.7)  # the timers' thread
+    if latency == 0:
+        job = rt.next_merge()
+        assert (job.p, sorted(job.weights), job.closed_at) == (0, [0, 1], pytest.approx(1.6))
+        rt.merged(job, rt.merge(job))
+        assert rt.flushes() == []  # (they have not applied it: nothing to flush)
+        return
     [flush] = rt.flushes()
     assert flush.p == 0 and sorted(flush.weights) == [0, 1]
-    for m, p, sync in late:
-        rt.answered(m, p, sync, zeros(rt, p), 1.6, 1.7)
     assert rt.next_merge() is None and not rt.busy
 
 
@@ -303,16 +361,17 @@ def test_the_flush_waits_for_the_merges_in_progress():
     is published, `flushes()` plans nothing (None) and `result()` refuses; then the learners,
     who have not applied the new fragment, leave nothing to flush."""
     cfg = decoupled(workers=2, steps=8, fragments=1, overlap=0)
-    rt = runtime(cfg)
-    for m, p, sync in to_the_end(rt):
-        rt.answered(m, p, sync, zeros(rt, p), 1.6, 1.6)
+    rt, agents = runtime(cfg)
+    for x in to_the_end(rt, agents):
+        arrive(rt, x, 1.6)
+    stopped(rt, agents)
     assert rt.busy and rt.flushes() is None
     job = rt.next_merge()
     assert job.p == 0 and sorted(job.weights) == [0, 1]
     assert rt.flushes() is None  # being computed
     with pytest.raises(RuntimeError, match="merge"):
         rt.result()
-    rt.publish(job, rt.merge(job), 1.6)
+    rt.merged(job, rt.merge(job))
     assert rt.flushes() == [] and rt.result()["plan"].final["outer_steps"] == 2
 
 
@@ -324,17 +383,17 @@ def test_an_answer_after_the_grace_deadline_is_too_late(arrives, merged):
     at 0.505 s it is too late, as on the simulated clock — even though the syncer's timers,
     held back 10 ms, have not fired the deadline when it arrives."""
     cfg = decoupled(quorum=2, grace_safety=0.5)
-    rt = runtime(cfg, hold_s=0.01)
+    rt, agents = runtime(cfg, hold_s=0.01)
     for m in (0, 1):
-        rt.boundary(m, 0.2, 0.0)
-    rt.boundary(2, 0.3, 0.0)
+        answers_at(rt, agents, m, 0.2)
+    answers_at(rt, agents, 2, 0.3)
     for m in (0, 1):
-        [(p, sync)] = rt.boundary(m, 0.4, 0.0).answer
-        rt.answered(m, p, sync, zeros(rt, p), 0.4, 0.4)
+        [x] = answers_at(rt, agents, m, 0.4)
+        arrive(rt, x, 0.4)
     rt.advance(0.41 - 0.01)  # the timers' thread: the two arrivals, the quorum
     assert rt.next_merge() is None
-    [(p, sync)] = rt.boundary(2, 0.49, 0.0).answer
-    rt.answered(2, p, sync, zeros(rt, p), 0.49, arrives)
+    [x] = answers_at(rt, agents, 2, 0.49)
+    arrive(rt, x, arrives)
     rt.advance(0.512 - 0.01)
     job = rt.next_merge()
     assert job.p == 0 and sorted(job.weights) == ([0, 1, 2] if merged else [0, 1])
@@ -342,24 +401,27 @@ def test_an_answer_after_the_grace_deadline_is_too_late(arrives, merged):
 
 def test_a_learner_killed_while_waiting_to_rejoin_never_takes_the_next_ones_state():
     """Issue 30 defect 3. Learner 1 fails and its new process asks to rejoin (peer: learner 0,
-    at its next boundary); killed again while waiting, a newer process asks too. When the peer
-    uploads, the state goes to the newer ticket; the first one's is void."""
+    asked to upload its state at its next boundary); killed again while waiting, a newer
+    process asks too. When the peer uploads, the state goes to the newer ticket; the first
+    one's is void."""
     cfg = decoupled(quorum=1)
-    rt = runtime(cfg)
+    rt, agents = runtime(cfg)
     for m in range(3):
-        rt.boundary(m, 0.2, 0.0)
+        answers_at(rt, agents, m, 0.2)
+        rt.reported(m, 0, agents[m].take_report())
     rt.failed(1, 0.3)
     first = rt.rejoin(1, 0.5)
+    assert (0, ("upload", 1), None) in rt.outbox
     assert rt.take_rejoin(1, first) == ("wait", None)
     rt.failed(1, 0.6)  # killed while waiting: already down
     assert rt.take_rejoin(1, first) == ("gone", None)
     second = rt.rejoin(1, 0.9)
-    assert rt.boundary(0, 1.0, 0.0).upload
     rt.peer_state(0, "learner 0's state", 1.0)
     assert rt.take_rejoin(1, first) == ("gone", None)
-    state, (_, inner, k, t) = rt.take_rejoin(1, second)
-    assert (state, inner, k, t) == ("ready", "learner 0's state", 1, 1.0)
-    assert [kind for _, kind, m, _ in rt.log if m == 1] == ["fail", "rejoin"]
+    state, got = rt.take_rejoin(1, second)
+    assert (state, got["inner"], got["k"], got["t"]) == ("ready", "learner 0's state", 1, 1.0)
+    assert [(what, data[0]) for _, _, _, what, data in rt.books.items
+            if what in ("fail", "reload")] == [("fail", 1), ("reload", 1)]
 
 
 def test_a_restarted_learner_that_has_not_rejoined_gives_no_flush_payload():
@@ -372,7 +434,7 @@ def test_a_restarted_learner_that_has_not_rejoined_gives_no_flush_payload():
     restarted = LearnerProgram(cfg, 1, params)
     with pytest.raises(RuntimeError, match="holds no"):
         restarted.flush_answer(0)
-    restarted.reload(jax.tree.leaves(params), None)
+    restarted.reload(jax.tree.leaves(params), None, [0, 0])
     restarted.step(0)
     assert np.array_equal(restarted.flush_answer(0), restarted.answer(0))
     first = LearnerProgram(cfg, 0, params)

@@ -1,26 +1,28 @@
 """The actor runtime's two Ray actors (`actors.runtime` starts and watches them).
 
 - `Learner`: one learner's process. It runs `LearnerProgram` at the `Cluster`'s step times and
-  makes one short call to the syncer at each step boundary (`SyncerRuntime.boundary`), doing
-  what the reply says: answer (the wire format's bytes, sent without waiting; before it stops
-  it waits until the syncer has every answer it sent), fetch and apply published fragments,
-  upload its inner optimizer state for a returning peer, or stop. A new process after a kill
-  waits out the window, then rejoins (`Syncer.rejoin`).
+  its own rules (`actors.agent`) on what the syncer has told it: it makes no call at its step
+  boundaries. An answer is sent without waiting (the wire format's bytes, with the learner's
+  report); a reply (`hear`, from the syncer) brings the next version of a fragment, taken when
+  its rules say (waiting for it only if it is late); an "upload" asks for its inner optimizer
+  state at its next step boundary (for a returning peer). At its stop position it waits until
+  the syncer has every answer it sent, reports, and waits for a new stop (a learner went down)
+  or the end. A new process after a kill waits out the window, then rejoins (`Syncer.rejoin`).
 - `Syncer`: `SyncerRuntime` under a lock, called from Ray's threads, with a thread of its own
-  for the timers and the merges (computed off the lock). Θ_p travels through Ray's object
-  store. `flushes` and `result` wait until no merge is queued or being computed.
+  for the timers and the merges (computed off the lock); it sends its messages (`outbox`) as
+  they come. `flushes` and `result` wait until no merge is queued or being computed.
 
 Importing this module imports no Ray: `actor_classes()` does.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
+import queue
 import threading
 import time
 
-import numpy as np
+WAIT_S = 60.0  # the longest a learner waits for a reply that is due (then it fails, loudly)
 
 
 def import_ray():
@@ -43,61 +45,101 @@ def actor_classes():
         emulate_devices(1)
         enable_compilation_cache(cache_dir)
 
-    @ray.remote(max_concurrency=2)
+    @ray.remote(max_concurrency=4)
     class Learner:
         def __init__(self, config, m, params, cache_dir):
             _process(cache_dir)
             from ..clock import Timeline
+            from ..clock.schedule import Schedule
             from .learner import LearnerProgram
 
             self.m, self.timeline = m, Timeline(config.cluster, config.workers)
-            self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+            self.schedule = Schedule.of(config.algorithm)
             self.program = LearnerProgram(config, m, params)
             self.program.warm_up()
+            self.mail, self.replies, self.upload = queue.Queue(), {}, False
 
         def ready(self):
             return True
 
-        def _fetch(self, p, ref):
-            """Θ_p of a published fragment: fetched in the background since it was announced
-            (over a real link it takes time: the learner should not wait for it when due)."""
-            announced, future = self.fetching.pop(p, (None, None))
-            return future.result() if announced == ref else ray.get(ref)
+        def hear(self, message, reply=None):
+            """A message of the syncer (and a reply's bytes)."""
+            self.mail.put((message, reply))
 
-        def run(self, syncer, t0, back_at=None):
-            prog, m = self.program, self.m
-            self.fetching, sent = {}, []
-            k, T = 0, 0.0
+        def run(self, syncer, t0, messages=None, back_at=None):
+            from .agent import LearnerAgent
+
+            prog, m, P, tau = self.program, self.m, self.schedule.fragments, \
+                self.schedule.overlap
             if back_at is not None:  # a new process after a failure: wait out the window
                 time.sleep(max(0.0, t0 + back_at - time.time()))
                 got = ray.get(syncer.rejoin.remote(m))
                 if got is None:
                     return "ended"
-                leaves, inner, k, T = got
-                prog.reload(leaves, inner)
+                prog.reload(got["leaves"], got["inner"], got["versions"])
+                agent = LearnerAgent(m, P, tau, k=got["k"], versions=got["versions"])
+                messages, T, life = got["messages"], got["t"], got["life"]
             else:
                 prog.begin()
+                agent, T, life = LearnerAgent(m, P, tau), 0.0, 0
+            for message in messages:
+                agent.hear(message)
+            sent = []
             while True:
-                loss = prog.step(k)
-                T = max(T + self.timeline.duration(m, k), time.time() - t0)
-                time.sleep(max(0.0, t0 + T - time.time()))
-                reply = ray.get(syncer.boundary.remote(m, T, loss))
-                if reply.stop:
-                    prog.undo()
+                self._take(agent)
+                if agent.stopped:
                     ray.get(sent)  # every answer it sent has reached the syncer
-                    return "done"
-                if sent:  # the answers the syncer has taken (an error there surfaces here)
-                    done, sent = ray.wait(sent, num_returns=len(sent), timeout=0)
-                    ray.get(done)
-                for p, sync in reply.answer:
-                    sent.append(syncer.answered.remote(m, p, sync, prog.answer(p), T))
-                for p, ref in reply.fetch:  # the newest version of p replaces an older one
-                    self.fetching[p] = (ref, self.pool.submit(ray.get, ref))
-                for p, ref in reply.apply:
-                    prog.apply(p, self._fetch(p, ref))
-                if reply.upload:
-                    ray.get(syncer.peer_state.remote(m, prog.inner_state()))
-                k += 1
+                    sent = []
+                    ray.get(syncer.reported.remote(m, life, agent.take_report(),
+                                                   (agent.k, agent.held)))
+                    while agent.stopped:  # a new stop, or the end
+                        self._take(agent, block=True)
+                    continue
+                loss = prog.step(agent.k)
+                T = max(T + self.timeline.duration(m, agent.k), time.time() - t0)
+                time.sleep(max(0.0, t0 + T - time.time()))
+                self._take(agent)
+                answers, applies = agent.boundary(T, loss)
+                for p, n, since in answers:
+                    sent.append(syncer.answered.remote(m, life, p, n, prog.answer(p), since,
+                                                       T, agent.take_report()))
+                for p, version in applies:
+                    deadline = time.time() + WAIT_S
+                    while not prog.has(p, version):  # late: it waits for the reply
+                        if time.time() > deadline:
+                            raise RuntimeError(f"learner {m}: no reply of fragment {p} in "
+                                               f"{WAIT_S:g} s")
+                        self._take(agent, block=True)
+                    prog.apply(p, version)
+                if self.upload:
+                    self.upload = False
+                    ray.get(syncer.peer_state.remote(m, prog.inner_state(), T))
+                    agent.uploaded(T)
+                done, sent = ray.wait(sent, num_returns=len(sent), timeout=0) if sent else ([],
+                                                                                        [])
+                ray.get(done)  # (an error in the syncer's handling surfaces here)
+
+        def _take(self, agent, block=False):
+            """Pass on what the syncer said; replies' bytes to the program, in order."""
+            while True:
+                try:
+                    message, reply = self.mail.get(block=block, timeout=1.0 if block else None)
+                except queue.Empty:
+                    if block:
+                        continue
+                    break
+                block = False
+                if message[0] == "upload":
+                    self.upload = True
+                else:
+                    agent.hear(message)
+                if reply is not None:
+                    self.replies[message[2], message[3]] = reply
+            for (p, n) in sorted(self.replies):
+                if self.program.has(p, n):
+                    self.program.receive(p, n, self.replies.pop((p, n)))
+                elif n < min(self.program.versions[p]):
+                    del self.replies[p, n]  # (it holds a newer version already)
 
         def flush_payload(self, p):
             return self.program.flush_answer(p)  # refused by a process that holds no state
@@ -109,17 +151,23 @@ def actor_classes():
             from .syncer import SyncerRuntime
 
             self.rt, self.lock = SyncerRuntime(config, params, hold_s), threading.Lock()
-            self.refs = {}  # fragment -> its newest Θ_p in the object store (what learners take)
-            self.t0, self.error = None, None
+            self.t0, self.error, self.learners = None, None, []
 
-        def start(self, t0):
-            self.t0 = t0
+        def start(self, t0, learners):
+            self.t0, self.learners = t0, learners
             with self.lock:
-                self.rt.start()
+                first = self.rt.start()
             threading.Thread(target=self._loop, daemon=True).start()
+            return first
 
         def _now(self):
             return time.time() - self.t0 if self.t0 is not None else 0.0
+
+        def _deliver(self):
+            """Send what the syncer has to say (under the lock: in order)."""
+            for m, message, reply in self.rt.outbox:
+                self.learners[m].hear.remote(message, reply)
+            self.rt.outbox.clear()
 
         def _loop(self):  # the timers and the merges
             try:
@@ -127,60 +175,57 @@ def actor_classes():
                     with self.lock:
                         self.rt.advance(self._now() - self.rt.hold)
                         job = self.rt.next_merge()
+                        self._deliver()
                     if job is None:
                         time.sleep(0.002)
                         continue
                     result = self.rt.merge(job)
-                    ref = ray.put([np.asarray(x) for x in result[0]])
                     with self.lock:
-                        self.rt.publish(job, result, self._now())
-                        self.refs[job.p] = ref
+                        self.rt.merged(job, result)
+                        self._deliver()
             except Exception as e:  # noqa: BLE001 - reported by status()
                 self.error = repr(e)
 
-        def boundary(self, m, T, loss):
-            with self.lock:
-                reply = self.rt.boundary(m, T, loss)
-                # Θ_p travels through the object store: the newest published version of p is
-                # the syncer's current one (a fragment changes only when it is published)
-                reply.apply = [(p, self.refs[p]) for p, _ in reply.apply]
-                reply.fetch = [(p, self.refs[p]) for p in reply.fetch]
-                return reply
-
-        def answered(self, m, p, sync, payload, sent_at):
+        def answered(self, m, life, p, n, payload, since, sent_at, report):
             now = self._now()  # when it arrived, not when the lock was free
             with self.lock:
-                self.rt.answered(m, p, sync, payload, sent_at, now)
+                self.rt.answered(m, life, p, n, payload, since, sent_at, report, now)
+                self._deliver()
+
+        def reported(self, m, life, report, final=None):
+            with self.lock:
+                self.rt.reported(m, life, report, final)
 
         def failed(self, m):
             with self.lock:
                 self.rt.failed(m, self._now())
+                self._deliver()
 
-        def killed(self, m):
+        def killed(self, m, for_good=False):
             with self.lock:
-                self.rt.killed(m, self._now())
+                self.rt.killed(m, self._now(), for_good)
+                self._deliver()
 
         def rejoin(self, m):
             with self.lock:
                 ticket = self.rt.rejoin(m, self._now())
+                self._deliver()
             while True:  # until its peer uploads; a later failure of m voids the ticket
                 with self.lock:
                     state, got = self.rt.take_rejoin(m, ticket)
+                    self._deliver()
                 if state != "wait":
                     return got
                 time.sleep(0.002)
 
-        def peer_state(self, q, inner_state):
+        def peer_state(self, q, inner_state, t):
             with self.lock:
-                self.rt.peer_state(q, inner_state, self._now())
+                self.rt.peer_state(q, inner_state, t)
+                self._deliver()
 
         def status(self):
             with self.lock:
                 return {**self.rt.status(), "error": self.error, "now": self._now()}
-
-        def end_now(self):
-            with self.lock:
-                self.rt.ending = self.rt.clock
 
         def _when_idle(self, what):
             """`what()` under the lock once no merge is queued or being computed."""
@@ -198,11 +243,12 @@ def actor_classes():
             return self._when_idle(self.rt.flushes)
 
         def flush(self, job):
-            result = self.rt.merge(job)
             with self.lock:
-                self.rt.publish(job, result, self._now())
+                self.rt.flush(job)
 
         def result(self):
-            return self._when_idle(self.rt.result)
+            with self.lock:
+                return self.rt.result()
 
     return Learner, Syncer
+

@@ -5,11 +5,12 @@
 
 - Each learner is an actor (its own OS process, one CPU device here) running `LearnerProgram`
   at its own pace: its steps are padded to the `Cluster`'s step times (`Timeline.duration`),
-  so the same `Cluster` runs on both clocks. At each step boundary it makes one short call to
-  the syncer, which replies what to do (`actors.syncer`); it never waits for a merge.
-- The syncer is an actor holding Θ, the outer optimizer states and `SyncerRuntime`, with two
-  threads of its own: the timers (asks, grace deadlines) and the merges. Answers travel as the
-  wire format's bytes through Ray's object store.
+  so the same `Cluster` runs on both clocks. It runs its own rules (`actors.agent`) on what the
+  syncer told it in advance: no call at its step boundaries; it sends its answers (the wire
+  format's bytes and its report) and never waits for a merge.
+- The syncer is an actor holding Θ, the outer optimizer states and `SyncerRuntime`, with a
+  thread of its own for the timers (asks, grace deadlines, publishes) and the merges. At each
+  close it sends every learner up its reply (Θ_p, or its `down_bits` update).
 - Failures are real: at the start of each of the `Cluster`'s failure windows, the driver
   kills the learner through Ray (`ray.kill`: its process, on whichever node it runs, also while
   it is still starting after an earlier kill), and logs the kill. Ray restarts the actor (a new
@@ -18,8 +19,9 @@
   reloads Θ and a healthy peer's inner optimizer state at that peer's next step boundary (none
   up: a fresh one). A learner killed by anything else is handled the same way. If the syncer
   dies, the run stops with a message: Θ lived there (no checkpoint).
-- At the end a learner waits until the syncer has every answer it sent, so that the flush is
-  planned after the last of them (`actors.syncer`: none is taken after).
+- Each learner stops at its share of the budget (`actors.budget`); once every learner up has
+  stopped (each after the syncer has every answer it sent), the syncer books the run
+  (`actors.booking`) and plans the flush.
 - The run writes the history columns of `train` (`sim_time_s` holds the real seconds since the
   start), and `RunResult.plan` holds what really happened as a plan, which
   `training.train(config, plan=result.plan)` replays on the emulated mesh.
@@ -95,9 +97,9 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
                     for m in range(config.workers)]
         ray.get([a.ready.remote() for a in learners] + [syncer.status.remote()])  # all built
         t0 = time.time() + start_in_s
-        ray.get(syncer.start.remote(t0))
+        first = ray.get(syncer.start.remote(t0, learners))
         start = meter() if meter is not None else None
-        out = _drive(ray, config, syncer, learners, t0, progress, stall_s)
+        out = _drive(ray, config, syncer, learners, t0, first, progress, stall_s)
         if meter is not None:
             out["wire"] = [{k: b[k] - a[k] for k in b} for a, b in zip(start, meter(),
                                                                         strict=True)]
@@ -123,10 +125,11 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
                        wire=out.get("wire"))
 
 
-def _drive(ray, config, syncer, learners, t0, progress, stall_s) -> dict:
+def _drive(ray, config, syncer, learners, t0, first, progress, stall_s) -> dict:
     """Watch the learners until the budget is spent: kill them at the `Cluster`'s failure
     windows, tell the syncer of kills and deaths, restart them (each new process waits out the
-    newest window); then flush and collect the result."""
+    newest window); then flush and collect the result. `first`: each learner's first
+    messages."""
     from ..clock import Timeline
     from ..training import _progress
 
@@ -134,8 +137,7 @@ def _drive(ray, config, syncer, learners, t0, progress, stall_s) -> dict:
     timeline = Timeline(config.cluster, M)
     window = [0] * M
     back_at = [None] * M
-    gone = set()
-    running = {learners[m].run.remote(syncer, t0): m for m in range(M)}
+    running = {learners[m].run.remote(syncer, t0, first[m]): m for m in range(M)}
     last, seen = time.time(), -1
     with _progress(config, progress) as bar:
         while True:
@@ -149,7 +151,7 @@ def _drive(ray, config, syncer, learners, t0, progress, stall_s) -> dict:
                     _status(ray, syncer)  # the syncer's death ends the run, with its message
                     ray.get(syncer.failed.remote(m))  # (down already: voids its rejoin only)
                     if st["ending"] is None and np.isfinite(back_at[m] or 0.0):
-                        running[learners[m].run.remote(syncer, t0, back_at[m] or 0.0)] = m
+                        running[learners[m].run.remote(syncer, t0, None, back_at[m] or 0.0)] = m
                 except ray.exceptions.RayTaskError as e:
                     _status(ray, syncer)  # the syncer's death explains it, when it died
                     raise RuntimeError(f"learner {m} failed: {e}") from None
@@ -162,20 +164,15 @@ def _drive(ray, config, syncer, learners, t0, progress, stall_s) -> dict:
                     # through Ray: its process wherever it runs, even one still starting (a
                     # restart after an earlier kill), whose new process then waits out w[1]
                     ray.kill(learners[m], no_restart=not np.isfinite(w[1]))
-                    ray.get(syncer.killed.remote(m))
-                    if not np.isfinite(w[1]):  # down for good: no restart
-                        gone.add(m)
-            if len(gone) == M and st["ending"] is None:  # every learner down for good
-                ray.get(syncer.end_now.remote())
+                    ray.get(syncer.killed.remote(m, not np.isfinite(w[1])))
             if st["processed"] != seen:
                 seen, last = st["processed"], time.time()
                 bar.update(seen / M - bar.n)
             elif time.time() - last > stall_s:
                 raise RuntimeError(f"the actor run made no progress for {stall_s:g} s "
                                    f"(syncer: {st})")
-            if st["ending"] is not None and not st["merging"] and all(
-                    not st["up"][m] or m not in running.values() for m in range(M)):
-                break
+            if st["ending"] is not None and not st["merging"]:
+                break  # every learner up has stopped at its share of the budget
     while True:  # the flush: every payload first (a learner may turn out to be dead)
         jobs, dead = ray.get(syncer.flushes.remote()), None
         for job in jobs:

@@ -1,40 +1,35 @@
 """Decoupled DiLoCo's syncer on the wall clock: the state machine, driven by real events.
 
 `SyncerRuntime` is the real runtime's twin of `clock.syncer.plan_decoupled`: the same
-`SyncerState` decides (quorum, grace, token weights, failures, the flush), the same
-`LearnerRules` say when a learner answers and applies, what a rejoin loads and how the flush
-weighs (`clock.learner_rules`), and the same `Recorder` books bytes, steps and goodput. What
-differs is where the events come from: real learners, each in its own process, call in at
-every step boundary, and the times are seconds of wall clock since the run's start `t0`.
+`SyncerState` decides (quorum, grace, token weights, failures, the flush) and the same link
+model (`clock.Links`) says when a reply reaches the learners; the learners' own rules run on
+the learners (`actors.agent`). Times are seconds of wall clock since the run's start `t0`.
 
-A learner's step boundary is one short call (`boundary`): it reports its step (and the loss)
-stamped with its own clock (its step times padded to `Cluster.step_time_s`), and the reply says
-what to do now: answer these asks (Δ through the wire format, sent back by `answered`), apply
-these published fragments, upload its inner optimizer state for a returning peer, or stop. The
-syncer's own events (the asks of the schedule, the grace deadlines, and the answers, each
-stamped with the time it reached the syncer) are handled in order of time `hold_s` after it,
-so that a learner's report stamped earlier and still on its way is handled first: at equal
-times the order is the simulated clock's (an ask reaches a learner that finishes a step at that
-very time; an answer that arrives after a grace deadline is too late, whichever thread sees it
-first). A merge is computed off the lock (`next_merge`/`merge`/`publish`): learners keep
-calling in meanwhile. On loopback a published fragment is picked up by each learner at its next
-boundary: publishing is the end of the merge. (One difference at equal times: the simulated
-clock lets a learner apply, at its step boundary, a merge published at that very instant, on a
-free link even one its own answer of that boundary closed; here a learner hears of a merge at
-its first boundary after the publish.)
+The messages (nothing else crosses a link, apart from a rejoin's):
 
-The end: once the budget is spent, the learners stop; an answer sent by then counts as arrived
-at the end (on loopback's free link it arrived when sent), one sent later is left out.
-`flushes()` runs what was due by the end and plans the flush once no merge is left to compute
-or publish (else it returns None: call it again); from then on no answer is taken, so no merge
-can start beside the flush. A returning learner's `rejoin` gives a ticket, which a later
-failure or rejoin of the same learner voids (`take_rejoin`): a process that died while waiting
-never takes what is meant for the next one.
+- learner → syncer, an **answer** (`answered`): Δ through the wire format, with the learner's
+  report of what it did since its last message (`actors.booking` books it);
+- syncer → each learner up, a **reply** at each close (`outbox`): the merged fragment (Θ_p, or
+  its `down_bits` update), the time it counts from (when the clock's links deliver the last
+  copy: the syncer's M copies leave one after the other), whether the learner's own answer is
+  in it, and when the next ask of that fragment comes. The first asks are announced at the
+  start (`start`), with each learner's stop position (`actors.budget`; changed by a failure or
+  a rejoin: a "stop" message).
 
-Θ, the outer optimizer's states and the merges' numbers are `actors.theta.SyncerParams`'s.
-Everything the syncer records also makes a `Plan` (`result()["plan"]`): the real run's events,
-which the lock-step replay (`training.train(config, plan=...)`) turns into the same parameters.
-Nothing here imports Ray; `actors.runtime` calls these methods from Ray's threads, under a lock.
+The syncer's own events (the asks, the grace deadlines, the answers, each stamped with the time
+it reached the syncer, and the publishes) are handled in order of time `hold_s` after it, so
+that at equal times the order is the simulated clock's; a publish waits for its merge, which is
+computed off the lock (`next_merge`/`merge`/`merged`). Nothing after the budget's last step is
+handled but the publishes of merges closed before it (as on the simulated clock): until every
+learner has stopped, events after the end its step times predict wait.
+
+A returning learner's `rejoin` gives a ticket (a later failure of the same learner voids it:
+`take_rejoin`); it reloads Θ as published and a healthy peer's inner optimizer state, uploaded
+at the peer's next step boundary (an "upload" message), or a fresh one with no peer up. A
+learner killed after its last report is booked with the steps its step times give until the
+kill. The end: `flushes()` once every learner up has stopped and no merge is left, then
+`flush` each, then `result()`. Nothing here imports Ray; `actors.ray_actors` calls these
+methods from Ray's threads, under a lock.
 """
 
 from __future__ import annotations
@@ -42,41 +37,34 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
+import math
 
-import numpy as np
-
-from ..clock import Timeline
-from ..clock.learner_rules import FRESH, LearnerRules
+from ..clock import Links, Timeline
+from ..clock.learner_rules import FRESH, book_flush, flush_weights, peer_of
 from ..clock.recorder import Recorder
-from ..clock.schedule import Schedule
-from ..clock.syncer import ASK, BOUNDARY, DEADLINE, END, FAIL, RESPONSE  # at equal times
-from ..clock.syncer_state import AskAt, Close, SetDeadline, SyncerState
+from ..clock.syncer import ASK, DEADLINE, END, FAIL, PUBLISH, REJOIN, RESPONSE
+from ..clock.syncer_state import Ask, AskAt, Close, SetDeadline, SyncerState
 from ..training import eval_points
 from ..validate import check_nonnegative
+from .booking import Books
+from .roster import Roster
 from .theta import SyncerParams
-
-
-@dataclasses.dataclass
-class Reply:
-    """What a learner does at its step boundary, in this order."""
-
-    stop: bool = False  # the budget is spent: undo the step just taken and stop
-    answer: list = dataclasses.field(default_factory=list)  # [(fragment, sync)]: send Δ
-    apply: list = dataclasses.field(default_factory=list)  # [(fragment, Θ_p leaves)]
-    upload: bool = False  # send the inner optimizer state (a returning peer loads it)
-    fetch: list = dataclasses.field(default_factory=list)  # fragments published since its last
-    # boundary: a runtime starts fetching them now, so that they are there when due
 
 
 @dataclasses.dataclass
 class Merge:
     p: int
+    n: int  # the sync's number among fragment p's
     weights: dict  # learner -> weight
     receivers: tuple  # the learners up at the close: one reply each
     wait_s: float
     payloads: dict  # learner -> bytes
     flush: bool = False
-    closed_at: float = 0.0  # the close's time (the flush: 0)
+    closed_at: float = 0.0
+    published_at: float = 0.0  # when the clock's links deliver the last reply
+    next_ask: float = math.inf
+    result: tuple | None = None  # (Θ_p leaves, diagnostics), once merged
+    reply: object = None  # the reply's bytes, once merged
 
 
 class SyncerRuntime:
@@ -85,74 +73,68 @@ class SyncerRuntime:
 
     def __init__(self, config, params=None, hold_s: float = 0.01):
         check_nonnegative("hold_s", hold_s)
-        algo = config.algorithm
         self.theta = theta = SyncerParams(config, params)  # Θ, the outer states, the merges
         d = theta.driver
-        self.M, self.P, self.steps, self.hold = config.workers, len(d.frags), config.steps, hold_s
-        tokens = config.batch_size * config.seq_len
-        self.timeline = Timeline(config.cluster, self.M)
-        self.rec = Recorder(self.timeline, up_nbytes=d.up_nbytes, down_nbytes=d.down_nbytes,
-                            sizes=d.sizes, rejoin_nbytes=d.rejoin_nbytes,
-                            tokens_per_step=tokens, mix=d.alpha)
-        self.state = SyncerState(algo, self.M, self.timeline.t_ref)  # loopback: a free link
-        self.rules = LearnerRules(self.state, self.rec, tau=Schedule.of(algo).overlap,
-                                  tokens_per_step=tokens, on_action=self._on_action)
-        M, P = self.M, self.P
-        self.fresh = [set() for _ in range(M)]  # fragments published since m's last boundary
-        self.payloads = [{} for _ in range(P)]  # fragment -> learner -> its last answer
-        self.timers, self.seq, self.clock = [], itertools.count(), 0.0
+        self.M, self.P, self.hold = config.workers, len(d.frags), hold_s
+        self.budget, self.tokens = config.workers * config.steps, config.batch_size * config.seq_len
+        self.timeline = t = Timeline(config.cluster, self.M)
+        self.links = Links(t.cluster.link, self.M)  # the clock's model of the replies
+        self.down_nbytes = d.down_nbytes
+        self.state = SyncerState(config.algorithm, self.M, t.t_ref, send_back_s=self._send_back)
+        self.recorder = lambda: Recorder(t, up_nbytes=d.up_nbytes, down_nbytes=d.down_nbytes,  # noqa: E731
+                                         sizes=d.sizes, rejoin_nbytes=d.rejoin_nbytes,
+                                         tokens_per_step=self.tokens, mix=d.alpha)
+        self.versions = [[(0.0, theta.fragment(p))] for p in range(self.P)]  # (publish, Θ_p)
+        self.books = Books(self.recorder, self.M, config.steps, eval_points(config),
+                           [v[0][1] for v in self.versions])
+        self.timers, self.seq, self.clock, self.kind = [], itertools.count(), 0.0, ASK
+        self.asked_n = [0] * self.P  # each fragment's asks so far: the next one's number
+        self.open: list = [None] * self.P  # p's open sync: (its id, its number)
+        self.payloads = [{} for _ in range(self.P)]  # the open sync's answers
         self.merges: list[Merge] = []  # closed, to compute
-        self.merging = 0  # merges handed out (`next_merge`), not published yet
-        self.flushing = False  # the flush is planned: no answer is taken any more
-        self.evals = sorted(e for e in eval_points(config) if e < config.steps)
-        self.rows, self.diags, self.losses, self.log = [], [], [], []
+        self.merging = 0  # handed out (`next_merge`), not merged yet
+        self.outbox: list = []  # (learner, message, reply bytes or None)
+        self.roster = Roster(t, self.P, self.state.tau, self.budget, self.outbox)
+        self.done: float | None = None  # the end's time, once the flush is planned
+        self.flushed: list = []  # (fragment, Θ_p leaves, diagnostics) of the flush
         self.peer_of: dict = {}  # returning learner -> the peer asked for its inner state
-        self.rejoined: dict = {}  # returning learner -> (Θ leaves, inner state, k, t)
-        self.tickets = [0] * M  # each learner's current rejoin ticket (`rejoin`)
-        self.ending: float | None = None  # the time the budget was spent
+        self.rejoined: dict = {}  # returning learner -> what it loads
+        self.tickets = [0] * self.M
+        self.end: float | None = None  # the time of the budget's last step, once known
+        self.flushing = False
 
-    # ---- the learners' calls --------------------------------------------------------------------
+    # ---- the learners ---------------------------------------------------------------------------
     @property
     def up(self) -> list[bool]:
         return self.state.up
 
-    def start(self) -> None:
-        self.rules.start()
+    def start(self) -> list[list]:
+        """The run begins: each learner's first messages (the first asks, its stop)."""
+        self._act(self.state.start(), 0.0)
+        asks = [("ask", t, p, 0) for t, kind, _, p, _ in self.timers if kind == ASK]
+        return [self.roster.started(m, asks) for m in range(self.M)]
 
-    def boundary(self, m: int, T: float, loss: float) -> Reply:
-        """Learner m finished a step at T on its clock (module docstring)."""
-        if self.ending is not None or not self.up[m]:
-            return Reply(stop=True)  # finished after the budget ran out: not counted
-        self.advance(T, before=BOUNDARY)
-        t = self._now(T)
-        rec = self.rec
-        self.losses.append((m, t, loss))
-        reply = Reply(answer=self.rules.boundary(m, t))
-        self.log += [(t, "answer", m, p) for p, _ in reply.answer]
-        for p in self.rules.apply(m, t):
-            reply.apply.append((p, self.theta.fragment(p)))
-            self.log.append((t, "apply", m, p))
-        while self.evals and rec.c["processed"] >= self.evals[0] * self.M:
-            self._eval(self.evals.pop(0), t)
-        if rec.c["processed"] == self.M * self.steps:
-            self.ending = t
-        reply.upload = m in self.peer_of.values()
-        reply.fetch, self.fresh[m] = sorted(self.fresh[m]), set()
-        return reply
-
-    def answered(self, m: int, p: int, sync: int, payload: np.ndarray, sent_at: float,
-                 now: float) -> None:
-        """Learner m's answer to sync `sync` of fragment p, sent at its boundary `sent_at`,
-        reached the syncer at `now`: an event at `now`, in order with the timers (module
-        docstring: the end's rule, none once the flush is planned)."""
-        if self.flushing or not self.up[m]:
-            return  # too late for anything but the flush, or it failed since it sent it
-        if self.ending is not None and now > self.ending:
-            if sent_at > self.ending:
-                return  # sent after the budget ran out: left out
-            now = self.ending
-        heapq.heappush(self.timers, (now, RESPONSE, next(self.seq), p, (m, sync, payload)))
+    def answered(self, m: int, life: int, p: int, n: int, payload, since: int, sent_at: float,
+                 report: list, now: float) -> None:
+        """Learner m's answer to the n-th sync of fragment p (Δ of `since` steps, sent at its
+        boundary `sent_at`) reached the syncer at `now`, with its report."""
+        if life != self.roster.life[m]:
+            return  # from a process that has since been replaced
+        self.reported(m, life, report)
+        heapq.heappush(self.timers, (now, RESPONSE, next(self.seq), p,
+                                     (m, n, since, sent_at, payload)))
         self.advance(now - self.hold, before=RESPONSE + 1)
+
+    def reported(self, m: int, life: int, report: list, final: tuple | None = None) -> None:
+        """Learner m's report (`LearnerAgent.take_report`); `final`: (position, held versions)
+        when it has stopped at its stop position (after every answer it sent has arrived)."""
+        if life != self.roster.life[m]:
+            return
+        self.books.learner(m, report)
+        self.roster.reported(m, report)
+        if final is not None:
+            self.roster.final[m] = final
+            self._check_end()
 
     def failed(self, m: int, now: float) -> None:
         """Learner m's process died: its unsynced work and its answers on the wire are lost; a
@@ -160,23 +142,28 @@ class SyncerRuntime:
         self.tickets[m] += 1
         self.peer_of.pop(m, None)
         self.rejoined.pop(m, None)
+        self.roster.final.pop(m, None)
         if not self.up[m]:
             return
-        if self.ending is None:
-            self.advance(now - self.hold, before=FAIL)
-            t = self._now(now)
-        else:  # heard of after the end: as at the end (out of the flush)
-            t = self.clock
-        self.log.append((t, "fail", m, -1))
-        self.rules.failed(m, t)
+        self.advance(now - self.hold, before=FAIL)
+        t = self._now(now)
+        began = self.roster.starts[m][2]
+        self.books.learner(m, self.roster.failed(m, t, self.clock,
+                                                 self.books.reported(m, after=began)))
+        self.books.syncer(t, FAIL, "fail", m)
+        self.kind = FAIL
+        self._act(self.state.failed(m, t), t)
+        self._check_end()
         for r, q in list(self.peer_of.items()):
             if q == m:  # it was to send its state to a returning learner: ask another one
                 del self.peer_of[r]
                 self._reload(r, now)
 
-    def killed(self, m: int, now: float) -> None:
-        """The driver killed learner m's process (a failure window began): logged, up or not."""
-        self.log.append((now, "kill", m, -1))
+    def killed(self, m: int, now: float, for_good: bool = False) -> None:
+        """The driver killed learner m's process (a failure window began; `for_good`: it never
+        comes back): logged; it takes no more steps."""
+        self.books.syncer(now, FAIL, "kill", m)
+        self.roster.killed(m, now, self.clock, for_good)
 
     def rejoin(self, m: int, now: float) -> int:
         """Learner m is back: it reloads at the next step boundary of a healthy peer, which
@@ -187,45 +174,51 @@ class SyncerRuntime:
         self._reload(m, now)
         return self.tickets[m]
 
-    def take_rejoin(self, m: int, ticket: int) -> tuple[str, tuple | None]:
-        """("ready", (Θ leaves, inner state, k, t)) once learner m's rejoin `ticket` has its
-        state, ("wait", None) before, ("gone", None) when the ticket is void (m failed again or
-        rejoined anew) or the run has ended."""
+    def take_rejoin(self, m: int, ticket: int) -> tuple[str, dict | None]:
+        """("ready", what it loads) once learner m's rejoin `ticket` has it, ("wait", None)
+        before, ("gone", None) when the ticket is void or the run has ended."""
         if ticket != self.tickets[m]:
             return "gone", None
         if m in self.rejoined:
             return "ready", self.rejoined.pop(m)
-        if self.ending is not None:
+        if self.end is not None:
             self.peer_of.pop(m, None)
             return "gone", None
         return "wait", None
 
-    def peer_state(self, q: int, inner_state, now: float) -> None:
-        """Peer q's inner optimizer state, uploaded at its step boundary."""
+    def peer_state(self, q: int, inner_state, t: float) -> None:
+        """Peer q's inner optimizer state, uploaded at its step boundary t."""
         for m in [r for r, peer in self.peer_of.items() if peer == q]:
             del self.peer_of[m]
-            self._back(m, q, inner_state, now)
+            self._back(m, q, inner_state, t)
 
     # ---- the syncer's own work ------------------------------------------------------------------
     def advance(self, to: float, before: int = 99) -> None:
-        """Handle the events due before (to, before) in order of time: asks, arrivals and
-        deadlines (none after the end)."""
-        while self.timers and self.timers[0][:2] < (to, before) and (
-                self.ending is None or self.timers[0][0] <= self.ending):
-            when, kind, _, p, data = heapq.heappop(self.timers)
-            t = self._now(when)
+        """Handle the events due before (to, before) in order of time (module docstring)."""
+        while self.timers and self.timers[0][:2] < (to, before):
+            t, kind, _, p, data = self.timers[0]
+            if kind == PUBLISH and data.result is None:
+                return  # its merge is still being computed
+            if kind != PUBLISH and self.end is not None and (t, kind) >= (self.end, END):
+                heapq.heappop(self.timers)
+                continue  # after the end
+            if kind != PUBLISH and self.end is None and self.roster.predicted_end is not None \
+                    and t > self.roster.predicted_end:
+                return  # after the end the step times predict: wait for the learners
+            heapq.heappop(self.timers)
+            t, self.kind = self._now(t), kind
             if kind == ASK:
-                self.log.append((t, "ask", -1, p))
-                self.rules.ask(p, t)
+                self.books.syncer(t, ASK, "ask", p)
+                self._act(self.state.ask(p, t), t)
             elif kind == DEADLINE:
-                self.rules.deadline(p, data, t)
-            elif self.up[data[0]]:  # an answer (its learner failed since: left out)
-                m, sync, payload = data
-                self.payloads[p][m] = (sync, payload)
-                self.rules.arrived(p, m, sync, t)
+                self._act(self.state.deadline(p, data, t), t)
+            elif kind == PUBLISH:
+                self._published(data, t)
+            else:
+                self._arrived(p, *data, t)
 
     def next_merge(self) -> Merge | None:
-        """The next closed sync to merge; `publish` it when done."""
+        """The next closed sync to merge; `merged` it when done."""
         if not self.merges:
             return None
         self.merging += 1
@@ -238,92 +231,163 @@ class SyncerRuntime:
 
     def merge(self, job: Merge):
         """The merge of a closed sync, or of the flush (no lock needed: fragment p has one
-        version in flight); `publish` its result."""
+        version in flight); hand its result to `merged`."""
         return self.theta.merge(job.p, job.weights, job.payloads, job.flush)
 
-    def publish(self, job: Merge, result, now: float) -> None:
-        """The merged fragment is in: every up learner applies it τ of its own steps after its
-        first boundary since the ask that came while the sync was open (else its next one)."""
-        p = job.p
-        self.diags.append((p, job.flush, self.theta.take(p, result)))
-        t = self.clock if job.flush else self._now(now)  # the flush: at the end's time
-        self.log.append((t, "merge", -1, p))
+    def merged(self, job: Merge, result) -> None:
+        """The merge is computed: Θ_p is the new one, and every receiver gets its reply."""
+        diag = self.theta.take(job.p, result)
+        job.result, job.reply = (result[0], diag), result[3]
         if job.flush:
-            self.rules.flushed(p, job.weights, t)
             return
         self.merging -= 1
-        for m in self.rules.published(p, job.weights, t, receivers=job.receivers,
-                                      wait_s=job.wait_s):
-            self.fresh[m].add(p)
+        for m in job.receivers:
+            self.roster.send(m, self._reply(m, job), job.reply)
 
     def flushes(self) -> list | None:
-        """At the end (the learners stopped, every answer they sent has arrived): what was due
-        by the end runs; then, with no merge left to compute or publish, the fragments to flush
-        and the learners whose Δ each takes (`Merge` jobs without payloads yet), and no answer
-        is taken any more; None while a merge is left (call again once it is published). The
-        time of the end is the budget's, or the last publish after it (as on the simulated
-        clock)."""
-        if self.ending is None:
-            raise RuntimeError("flushes() before the end: the budget is not spent")
-        self.advance(self.ending, before=END)
-        if self.busy:
+        """At the end (every learner up has stopped; call again until it says otherwise): the
+        fragments to flush and the learners whose Δ each takes (`Merge` jobs without payloads
+        yet); None while a merge is left to compute or publish."""
+        if self.end is None:
+            return None
+        self.advance(math.inf)
+        if self.busy or any(kind == PUBLISH for _, kind, *_ in self.timers):
             return None
         self.flushing = True
-        return [Merge(p, who, (), 0.0, {}, flush=True)
-                for p, who in self.rules.flushes(self.clock)]
+        self.rec, self.rows, self.losses, self.log = self.books.book(self.end)
+        t = max([self.end] + [e[0] for e in self.log if e[1] == "merge"])
+        for m, (_, held) in self.roster.final.items():
+            for p, v in enumerate(held):
+                if self.up[m] and v == self.state.version[p]:
+                    self.state.applied(m, p, t)
+        self.done = t
+        return [Merge(p, -1, who, (), 0.0, {}, flush=True)
+                for p, who in flush_weights(self.state.end(t), self.rec.since, self.tokens)]
+
+    def flush(self, job: Merge) -> None:
+        """The flush of `job` (its payloads in), merged and booked."""
+        self.merged(job, self.merge(job))
+        book_flush(self.rec, job.p, job.weights, self.done)
+        self.flushed.append((job.p, *job.result))
 
     def result(self) -> dict:
-        """The last row, the rows' stats and parameters, the losses and the recorded plan."""
-        if self.busy:
-            raise RuntimeError("result() while a merge is queued or being computed")
-        processed = self.rec.c["processed"]
-        complete = processed == self.M * self.steps
-        self._eval(min(self.steps, processed / self.M), self.clock, last=True,
-                   complete=complete)
-        return dict(rows=self.rows, losses=self.losses, log=self.log, plan=self.rec.finish(),
-                    params=self.theta.params())
+        """The history rows (stats, diagnostics, Θ), the losses, the log and the recorded plan."""
+        if self.done is None:
+            raise RuntimeError("result() before the flush is planned (a merge is left, or the "
+                               "learners have not all stopped): call flushes() until it plans")
+        last = self.books.last_row(self.rec, self.done, self.flushed)
+        rows = [{**r, "params": self._leaves(r.pop("fragments"))} for r in self.rows + [last]]
+        return dict(rows=rows, losses=self.losses, log=sorted(self.log, key=lambda e: e[0]),
+                    plan=self.rec.finish(), params=self.theta.params())
 
     def status(self) -> dict:
-        return dict(processed=self.rec.c["processed"], ending=self.ending, up=list(self.up),
-                    merging=self.busy)
+        return dict(processed=self.roster.processed(self.up, self.clock), ending=self.end,
+                    up=list(self.up), merging=self.busy, stop=list(self.roster.stop))
 
     # ---- helpers --------------------------------------------------------------------------------
-    def _on_action(self, a, t: float) -> None:
-        """The syncer's timers go on `timers`; a close queues its merge."""
-        match a:
-            case AskAt(p, when):
-                heapq.heappush(self.timers, (when, ASK, next(self.seq), p, -1))
-            case SetDeadline(p, sync, when):
-                heapq.heappush(self.timers, (when, DEADLINE, next(self.seq), p, sync))
-            case Close(p, sync, weights, _, _, wait_s):
-                receivers = tuple(m for m in range(self.M) if self.up[m])
-                payloads = {}
-                for m in weights:
-                    answered, payloads[m] = self.payloads[p][m]
-                    assert answered == sync, (p, m, answered, sync)
-                self.merges.append(Merge(p, weights, receivers, wait_s, payloads,
-                                         closed_at=t))
-                self.log.append((t, "close", -1, p))
+    def _act(self, actions: list, t: float) -> list:
+        """Carry out the syncer's actions: timers, the asks' numbers, closes; returns the asks
+        of a returning learner."""
+        again = []
+        for a in actions:
+            match a:
+                case AskAt(p, when):
+                    heapq.heappush(self.timers, (when, ASK, next(self.seq), p, None))
+                case Ask(p, sync, _) if self.open[p] is None:
+                    self.open[p], self.payloads[p] = (sync, self.asked_n[p]), {}
+                    self.asked_n[p] += 1
+                case Ask(p, _, _):
+                    again.append(("ask", t, p, self.open[p][1]))
+                case SetDeadline(p, sync, when):
+                    heapq.heappush(self.timers, (when, DEADLINE, next(self.seq), p, sync))
+                case Close(p, _, weights, _, _, wait_s):
+                    to = tuple(m for m in range(self.M) if self.up[m])
+                    at = max(self.links.fan_out(to, self.down_nbytes[p], t), default=t)
+                    n = self.open[p][1]
+                    answers = {m: self.payloads[p][m] for m in weights}
+                    job = Merge(p, n, weights, to, wait_s, answers, closed_at=t,
+                                published_at=at, next_ask=self.state.next_ask(p, at))
+                    self.open[p] = None
+                    self.merges.append(job)
+                    heapq.heappush(self.timers, (at, PUBLISH, next(self.seq), p, job))
+                    self.books.syncer(t, self.kind, "close", p, n, weights)
+        return again
+
+    def _arrived(self, p: int, m: int, n: int, since: int, sent_at: float, payload, t) -> None:
+        """An answer reached the syncer (one to a sync already closed, or of a learner down
+        since, is left out: `actors.booking` books it so)."""
+        o = self.open[p]
+        if o is None or o[1] != n or not self.up[m]:
+            return
+        self._act(self.state.sent(p, m, o[0], since * self.tokens, since, sent_at), t)
+        if self.state.holds(p, m, o[0]):
+            self.payloads[p][m] = payload
+        self._act(self.state.arrived(p, m, o[0], t), t)
+
+    def _published(self, job: Merge, t: float) -> None:
+        actions = self.state.published(job.p, t)
+        assert actions == [AskAt(job.p, job.next_ask)], (actions, job.next_ask)
+        self._act(actions, t)
+        leaves, diag = job.result
+        self.versions[job.p].append((t, leaves))
+        self.books.syncer(t, PUBLISH, "publish", job.p, job.weights, job.receivers, job.wait_s,
+                          leaves, diag)
+        for m in range(self.M):  # back since the close: the reply comes now
+            if self.up[m] and m not in job.receivers:
+                self.roster.send(m, self._reply(m, job), job.reply)
+
+    def _reply(self, m: int, job: Merge) -> tuple:
+        return ("publish", job.published_at, job.p, job.n, m in job.weights, job.next_ask)
 
     def _reload(self, m: int, now: float) -> None:
         """Returning learner m reloads: from a peer's next step boundary, or at once (fresh)."""
-        peer = self.rules.peer(m)
+        peer = peer_of(self.up, m)
         if peer == FRESH:  # no peer up: a fresh inner optimizer state (its own was lost)
             self._back(m, FRESH, None, now)
         else:
             self.peer_of[m] = peer
+            self.outbox.append((peer, ("upload", m), None))
 
-    def _back(self, m: int, peer: int, inner_state, now: float) -> None:
-        t = self._now(now)
-        self.rules.back(m, peer, t)  # asked again by the open syncs it had not answered
-        self.rejoined[m] = (self.theta.leaves(), inner_state, self.rules.k[m], t)
-        self.log.append((t, "rejoin", m, -1))
+    def _back(self, m: int, peer: int, inner_state, t: float) -> None:
+        t = self._now(t)
+        self.books.syncer(t, REJOIN, "reload", m, peer)
+        asks = self._act(self.state.back(m, t), t)  # the open syncs it had not answered
+        asks += [("ask", when, p, self.asked_n[p]) for when, kind, _, p, _ in self.timers
+                 if kind == ASK]  # the asks to come (those after a merge in flight: with it)
+        held = [max(i for i, (at, _) in enumerate(v) if at <= t) for v in self.versions]
+        fragments = [self.versions[p][i][1] for p, i in enumerate(held)]
+        k = self.roster.last[m][0]
+        messages = self.roster.started(m, asks, k, held, t, now=self.clock)
+        self.rejoined[m] = dict(leaves=self._leaves(fragments), inner=inner_state, k=k, t=t,
+                                messages=messages, versions=held, life=self.roster.life[m])
 
-    def _eval(self, progress: float, t: float, **kw) -> None:
-        self.rec.eval(progress, t, **kw)
-        self.rows.append(dict(stats=self.rec.events[-1].stats, diags=self.diags,
-                              params=self.theta.leaves()))
-        self.diags = []
+    def _check_end(self) -> None:
+        if self.end is None:
+            self.end = self.roster.end(self.up)
+            if self.end is not None:
+                self._by_the_end()
+
+    def _by_the_end(self) -> None:
+        """An answer that arrived after the end, but that the clock's link would have carried by
+        then (sent by the end: on loopback's free link, at once), counts as arrived then."""
+        link = self.timeline.cluster.link
+        for i, (t, kind, seq, p, data) in enumerate(self.timers):
+            if kind == RESPONSE and t > self.end:
+                sent = data[3] + link.busy_s(self.theta.nbytes(p)) + link.latency_s
+                if sent <= self.end:
+                    self.timers[i] = (sent, kind, seq, p, data)
+        heapq.heapify(self.timers)
+
+    def _send_back(self, p: int, t: float) -> float:
+        to = [m for m in range(self.M) if self.up[m]]
+        return max(self.links.fan_out(to, self.down_nbytes[p], t, book=False), default=t) - t
+
+    def _leaves(self, fragments: list) -> list:
+        out = [None] * sum(len(f) for f in self.theta.frags)
+        for idx, leaves in zip(self.theta.frags, fragments, strict=True):
+            for i, x in zip(idx, leaves, strict=True):
+                out[i] = x
+        return out
 
     def _now(self, t: float) -> float:
         self.clock = max(self.clock, t)

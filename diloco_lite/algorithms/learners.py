@@ -127,8 +127,24 @@ def merge_step(outer_optimizer, up: WireFormat, down: WireFormat, global_p, oute
     else:
         new, outer_p = outer_step(outer_optimizer, global_p, outer_p, merged)
     if down.bits < 32:  # the reply travels as a b-bit update; everyone applies the same one
-        new = [g + down.round_trip(n - g) for g, n in zip(global_p, new, strict=True)]
+        new = take_reply(down, global_p, reply_payload(down, global_p, new))
     return new, outer_p, diagnostics(deltas_M, weights_M, merged)
+
+
+def reply_payload(down: WireFormat, global_p: list, new: list) -> list:
+    """A merge's reply as it travels (one payload per tensor of the fragment): Θ_p itself at 32
+    bits, else the update Θ_p − old through the b-bit wire format."""
+    if down.bits == 32:
+        return [down.encode(n) for n in new]
+    return [down.encode(n - g) for g, n in zip(global_p, new, strict=True)]
+
+
+def take_reply(down: WireFormat, global_p: list, payload: list) -> list:
+    """The new Θ_p that a holder of the old one (`global_p`) makes of `reply_payload`'s payload:
+    every copy the same (the syncer's own included)."""
+    if down.bits == 32:
+        return [down.decode(x, g.shape) for g, x in zip(global_p, payload, strict=True)]
+    return [g + down.decode(x, g.shape) for g, x in zip(global_p, payload, strict=True)]
 
 
 def merge(deltas_M: list, weights_M: jax.Array, mean_leaves: tuple | None) -> list:

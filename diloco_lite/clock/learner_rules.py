@@ -28,7 +28,7 @@ from .learner_side import LearnerSide
 from .recorder import FRESH, Recorder
 from .syncer_state import Ask, Close, SyncerState, token_weight
 
-__all__ = ["FRESH", "LearnerRules"]
+__all__ = ["FRESH", "LearnerRules", "book_flush", "flush_weights", "peer_of"]
 
 
 class LearnerRules:
@@ -121,9 +121,8 @@ class LearnerRules:
         self.act(self.syncer.failed(m, t), t)
 
     def peer(self, m: int) -> int:
-        """Whose inner optimizer state learner m loads when it comes back now: the first other
-        learner up, or `FRESH` (none up: a fresh state)."""
-        return next((q for q in range(self.M) if self.up[q] and q != m), FRESH)
+        """Whose inner optimizer state learner m loads when it comes back now (`peer_of`)."""
+        return peer_of(self.up, m)
 
     def back(self, m: int, peer: int, t: float) -> None:
         """Learner m is back at t, holding every newest Θ_p and `peer`'s inner optimizer state
@@ -139,10 +138,21 @@ class LearnerRules:
         return flush_weights(self.syncer.end(t), self.rec.since, self.tokens)
 
     def flushed(self, p: int, weights: dict, t: float) -> None:
-        """The flush of fragment p from `weights`' learners is done: booked (bytes up, the
-        plain weighted mean)."""
-        self.rec.send(p, list(weights), t, flush=True)
-        self.rec.close(p, weights, t, flush=True)
+        """The flush of fragment p from `weights`' learners is done: booked (`book_flush`)."""
+        book_flush(self.rec, p, weights, t)
+
+
+def book_flush(rec: Recorder, p: int, weights: dict, t: float) -> None:
+    """The end-of-run flush of fragment p from `weights`' learners, booked on `rec`: their
+    answers (bytes up) and the plain weighted mean."""
+    rec.send(p, list(weights), t, flush=True)
+    rec.close(p, weights, t, flush=True)
+
+
+def peer_of(up: list, m: int) -> int:
+    """Whose inner optimizer state learner m loads when it comes back: the first other learner
+    up, or `FRESH` (none up: a fresh state)."""
+    return next((q for q, u in enumerate(up) if u and q != m), FRESH)
 
 
 def flush_weights(flushes: list, since: list, tokens_per_step: int) -> list[tuple[int, dict]]:

@@ -1,0 +1,112 @@
+"""One learner on the wall clock: what it does at each step boundary, decided where it runs.
+
+A learner needs the syncer only at its asks, answers and applies, and all of them are known to
+it in advance: the syncer announces each ask (its time on the reference clock) when the version
+before is published, and each publish carries the time it counts from (the time the clock
+charges for the reply to reach the last learner), whether the learner's own answer is in the
+merge, and the next ask. So the learner makes no call at its step boundaries: `LearnerAgent`
+runs the one copy of the learner's rules (`clock.learner_side.LearnerSide`) on what it has heard,
+each message at the time it counts from, in the simulated clock's order at equal times (an ask
+before the step boundary of that instant; a publish after it, before the applies). It keeps a
+report of what it did (every step: its time, its loss, its answers and applies), which travels
+with its next answer (and at its stop), so that the syncer can book the run (`actors.booking`).
+A message that comes after the time it counts from (a reply slower than the clock's link model)
+is taken at the next step boundary, as of its time: the learner's position then is known
+(`published(position=...)`).
+
+The syncer tells it where to stop (`stop`): the budget of M × steps learner-steps is shared
+out by the learners' step times (`actors.budget`). Nothing here imports Ray or JAX.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+
+from ..clock.learner_side import LearnerSide
+from ..clock.syncer import ASK, BOUNDARY, PUBLISH
+
+__all__ = ["LearnerAgent"]
+
+
+class LearnerAgent:
+    """Learner m's rules on the wall clock (module docstring): `fragments` fragments, overlap
+    `tau`. `hear` takes the syncer's messages; `boundary` says what to do at a step boundary."""
+
+    def __init__(self, m: int, fragments: int, tau: int, *, k: int = 0,
+                 versions: list | None = None):
+        self.m = m
+        self.side = LearnerSide(fragments, tau)
+        self.side.k = k  # a learner back from a failure goes on with its data index
+        self.times: list[float] = []  # its step boundaries since it (re)started
+        self.first = k  # its position before the first of them
+        self.inbox: list = []  # (time, kind, seq, message): what it will have heard by then
+        self.seq = itertools.count()
+        self.held = list(versions) if versions is not None else [0] * fragments
+        self.heard = list(self.held)  # the newest version of each fragment it has heard of
+        self.report: list = []  # what it did since its last report
+        self.stop_at: int | None = None
+
+    @property
+    def k(self) -> int:
+        return self.side.k
+
+    def hear(self, message: tuple) -> None:
+        """A message of the syncer: ("ask", t, p, n) the n-th ask of fragment p comes at t;
+        ("publish", t, p, n, merged, next) the n-th sync of p is closed and its merge published
+        at t (`merged`: its own answer is in it), the next ask at `next`; ("stop", position)
+        where to stop."""
+        kind = message[0]
+        if kind == "stop":
+            self.stop_at = message[1]
+        elif kind == "ask":
+            heapq.heappush(self.inbox, (message[1], ASK, next(self.seq), message))
+        elif kind == "publish":
+            heapq.heappush(self.inbox, (message[1], PUBLISH, next(self.seq), message))
+            _, _, p, n, _, at = message
+            self.hear(("ask", at, p, n + 1))
+        else:
+            raise ValueError(f"learner {self.m}: unknown message {message!r}")
+
+    def boundary(self, t: float, loss: float) -> tuple[list, list]:
+        """It finished a step at t with `loss`: (answers [(fragment, n, steps in Δ)], [(fragment,
+        version)] to apply now: the newest published); both go into its report."""
+        self._take((t, BOUNDARY))  # asks until now, publishes before now
+        answers = self.side.boundary()
+        self.times.append(t)
+        self._take((t, PUBLISH + 1))  # publishes of this very instant
+        applies = self.side.apply()
+        for p in applies:
+            self.held[p] = self.heard[p]
+        self.report.append(("step", t, self.k, loss, [(p, n) for p, n, _ in answers],
+                            list(applies)))
+        return answers, [(p, self.held[p]) for p in applies]
+
+    @property
+    def stopped(self) -> bool:
+        """It has reached its stop position."""
+        return self.stop_at is not None and self.k >= self.stop_at
+
+    def uploaded(self, t: float) -> None:
+        """It uploaded its inner optimizer state at its step boundary t (for a returning peer)."""
+        self.report.append(("upload", t, self.k))
+
+    def take_report(self) -> list:
+        out, self.report = self.report, []
+        return out
+
+    def position_at(self, t: float) -> int:
+        """Its steps done at time t (a step boundary at t counts)."""
+        return self.first + bisect.bisect_right(self.times, t)
+
+    def _take(self, until: tuple) -> None:
+        while self.inbox and self.inbox[0][:2] < until:
+            t, kind, _, message = heapq.heappop(self.inbox)
+            if kind == ASK:
+                _, _, p, n = message
+                self.side.ask(p, n)
+            else:
+                _, _, p, n, merged, _ = message
+                self.side.published(p, merged, position=self.position_at(t))
+                self.heard[p] = max(self.heard[p], n + 1)
