@@ -92,12 +92,13 @@ def by_hand(cfg, hold_s: float = 0.0, peer_at_once: bool = True) -> dict:
         push(*((w[0], FAIL) if failing else (end, BOUNDARY)), m)
 
     def deliver(t):  # the syncer's messages: at once (each counts from its own time)
-        for m, message, reply in rt.outbox:
+        for m, message, reply, _ in rt.outbox:
             if message[0] == "upload":
                 uploads.add(m)
                 continue
-            if reply is not None:
-                progs[m].receive(message[2], message[3], reply)
+            if message[0] == "reply":
+                progs[m].receive(message[1], message[2], reply)
+                continue
             stopped = agents[m].stopped
             agents[m].hear(message)
             if stopped and not agents[m].stopped:  # a new stop: it goes on
@@ -319,7 +320,7 @@ def to_the_end(rt, agents, step=0.2):
             arrive(rt, x, k * step)
         while (job := rt.next_merge()) is not None:
             rt.merged(job, rt.merge(job))
-        for m, message, _ in rt.outbox:
+        for m, message, *_ in rt.outbox:
             agents[m].hear(message)
         rt.outbox.clear()
 
@@ -415,7 +416,7 @@ def test_a_learner_killed_while_waiting_to_rejoin_never_takes_the_next_ones_stat
         rt.reported(m, 0, agents[m].take_report())
     rt.failed(1, 0.3)
     first = rt.rejoin(1, 0.5)
-    assert (0, ("upload", 1), None) in rt.outbox
+    assert (0, ("upload", 1), None, 0) in rt.outbox
     assert rt.take_rejoin(1, first) == ("wait", None)
     rt.failed(1, 0.6)  # killed while waiting: already down
     assert rt.take_rejoin(1, first) == ("gone", None)

@@ -56,8 +56,10 @@ class LearnerAgent:
         """A message of the syncer: ("ask", t, p, n) the n-th ask of fragment p comes at t;
         ("publish", t, p, n, merged, next) the n-th sync of p is closed and its merge published
         at t (`merged`: its own answer is in it), the next ask at `next`; ("stop", position)
-        where to stop."""
+        where to stop; ("reply", p, n): that merge's bytes, the program's business."""
         kind = message[0]
+        if kind == "reply":
+            return
         if kind == "stop":
             self.stop_at = message[1]
         elif kind == "ask":

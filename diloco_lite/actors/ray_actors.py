@@ -3,8 +3,9 @@
 - `Learner`: one learner's process. It runs `LearnerProgram` at the `Cluster`'s step times and
   its own rules (`actors.agent`) on what the syncer has told it: it makes no call at its step
   boundaries. An answer is sent without waiting (the wire format's bytes, with the learner's
-  report); a reply (`hear`, from the syncer) brings the next version of a fragment, taken when
-  its rules say (waiting for it only if it is late); an "upload" asks for its inner optimizer
+  report); a publish notice (`hear`, from the syncer, sent at the close) says when the next
+  version of a fragment counts from, and its reply brings the bytes, taken when its rules say
+  (waiting for them only if the merge is late); an "upload" asks for its inner optimizer
   state at its next step boundary (for a returning peer). At its stop position it waits until
   the syncer has every answer it sent, reports, and waits for a new stop (a learner went down)
   or the end. A new process after a kill waits out the window, then rejoins (`Syncer.rejoin`).
@@ -57,14 +58,15 @@ def actor_classes():
             self.schedule = Schedule.of(config.algorithm)
             self.program = LearnerProgram(config, m, params)
             self.program.warm_up()
-            self.mail, self.replies, self.upload = queue.Queue(), {}, False
+            self.mail, self.replies, self.upload, self.life = queue.Queue(), {}, False, 0
 
         def ready(self):
             return True
 
-        def hear(self, message, reply=None):
-            """A message of the syncer (and a reply's bytes)."""
-            self.mail.put((message, reply))
+        def hear(self, message, reply=None, life=0):
+            """A message of the syncer (and a reply's bytes) for process `life` of this learner
+            (one for an earlier process, queued while Ray restarted the actor, is dropped)."""
+            self.mail.put((message, reply, life))
 
         def run(self, syncer, t0, messages=None, back_at=None):
             from .agent import LearnerAgent
@@ -79,6 +81,7 @@ def actor_classes():
                 prog.reload(got["leaves"], got["inner"], got["versions"])
                 agent = LearnerAgent(m, P, tau, k=got["k"], versions=got["versions"])
                 messages, T, life = got["messages"], got["t"], got["life"]
+                self.life = life
             else:
                 prog.begin()
                 agent, T, life = LearnerAgent(m, P, tau), 0.0, 0
@@ -123,18 +126,21 @@ def actor_classes():
             """Pass on what the syncer said; replies' bytes to the program, in order."""
             while True:
                 try:
-                    message, reply = self.mail.get(block=block, timeout=1.0 if block else None)
+                    message, reply, life = self.mail.get(block=block,
+                                                         timeout=1.0 if block else None)
                 except queue.Empty:
                     if block:
                         continue
                     break
                 block = False
+                if life != self.life:
+                    continue  # for an earlier process of this learner
                 if message[0] == "upload":
                     self.upload = True
+                elif message[0] == "reply":
+                    self.replies[message[1], message[2]] = reply
                 else:
                     agent.hear(message)
-                if reply is not None:
-                    self.replies[message[2], message[3]] = reply
             for (p, n) in sorted(self.replies):
                 if self.program.has(p, n):
                     self.program.receive(p, n, self.replies.pop((p, n)))
@@ -165,8 +171,8 @@ def actor_classes():
 
         def _deliver(self):
             """Send what the syncer has to say (under the lock: in order)."""
-            for m, message, reply in self.rt.outbox:
-                self.learners[m].hear.remote(message, reply)
+            for m, message, reply, life in self.rt.outbox:
+                self.learners[m].hear.remote(message, reply, life)
             self.rt.outbox.clear()
 
         def _loop(self):  # the timers and the merges

@@ -24,7 +24,8 @@ __all__ = ["Roster"]
 
 class Roster:
     """M learners of `fragments` fragments, overlap `tau`, at `timeline`'s step times, spending
-    `budget` learner-steps; `outbox` receives the messages (learner, message, reply bytes)."""
+    `budget` learner-steps; `outbox` receives the messages (learner, message, reply bytes,
+    the process they are for: `life`)."""
 
     def __init__(self, timeline, fragments: int, tau: int, budget: int, outbox: list):
         self.timeline, self.M, self.P, self.tau = timeline, timeline.learners, fragments, tau
@@ -79,7 +80,7 @@ class Roster:
     def send(self, m: int, message: tuple, reply=None) -> None:
         """A message to learner m (kept: `lost_report` replays them)."""
         self.heard[m].append(message)
-        self.outbox.append((m, message, reply))
+        self.outbox.append((m, message, reply, self.life[m]))
 
     def lost_report(self, m: int, kill: float, reported: list) -> list:
         """What learner m did from its last report to its kill at `kill`, as its rules (on the

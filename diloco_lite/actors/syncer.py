@@ -9,12 +9,15 @@ The messages (nothing else crosses a link, apart from a rejoin's):
 
 - learner → syncer, an **answer** (`answered`): Δ through the wire format, with the learner's
   report of what it did since its last message (`actors.booking` books it);
-- syncer → each learner up, a **reply** at each close (`outbox`): the merged fragment (Θ_p, or
-  its `down_bits` update), the time it counts from (when the clock's links deliver the last
-  copy: the syncer's M copies leave one after the other), whether the learner's own answer is
-  in it, and when the next ask of that fragment comes. The first asks are announced at the
-  start (`start`), with each learner's stop position (`actors.budget`; changed by a failure or
-  a rejoin: a "stop" message).
+- syncer → each learner up, at each close (`outbox`): a **publish** notice, sent at once, with
+  the time it counts from (when the clock's links deliver the last copy of the reply: the
+  syncer's M copies leave one after the other), whether the learner's own answer is in the
+  merge, and when the next ask of that fragment comes; then, once the merge is computed, the
+  **reply**: the merged fragment (Θ_p, or its `down_bits` update). The notice goes ahead so
+  that a learner knows at its step boundary whether it applies the fragment there, however
+  long the merge takes (it waits for the reply's bytes only then). The first asks are
+  announced at the start (`start`), with each learner's stop position (`actors.budget`;
+  changed by a failure or a rejoin: a "stop" message).
 
 The syncer's own events (the asks, the grace deadlines, the answers, each stamped with the time
 it reached the syncer, and the publishes) are handled in order of time `hold_s` after it, so
@@ -93,7 +96,7 @@ class SyncerRuntime:
         self.payloads = [{} for _ in range(self.P)]  # the open sync's answers
         self.merges: list[Merge] = []  # closed, to compute
         self.merging = 0  # handed out (`next_merge`), not merged yet
-        self.outbox: list = []  # (learner, message, reply bytes or None)
+        self.outbox: list = []  # (learner, message, reply bytes or None, its process: life)
         self.roster = Roster(t, self.P, self.state.tau, self.budget, self.outbox)
         self.done: float | None = None  # the end's time, once the flush is planned
         self.flushed: list = []  # (fragment, Θ_p leaves, diagnostics) of the flush
@@ -235,14 +238,15 @@ class SyncerRuntime:
         return self.theta.merge(job.p, job.weights, job.payloads, job.flush)
 
     def merged(self, job: Merge, result) -> None:
-        """The merge is computed: Θ_p is the new one, and every receiver gets its reply."""
+        """The merge is computed: Θ_p is the new one, and every receiver gets its reply (the
+        publish notice went at the close)."""
         diag = self.theta.take(job.p, result)
         job.result, job.reply = (result[0], diag), result[3]
         if job.flush:
             return
         self.merging -= 1
         for m in job.receivers:
-            self.roster.send(m, self._reply(m, job), job.reply)
+            self.roster.send(m, ("reply", job.p, job.n), job.reply)
 
     def flushes(self) -> list | None:
         """At the end (every learner up has stopped; call again until it says otherwise): the
@@ -310,6 +314,8 @@ class SyncerRuntime:
                     self.open[p] = None
                     self.merges.append(job)
                     heapq.heappush(self.timers, (at, PUBLISH, next(self.seq), p, job))
+                    for m in to:  # the notice now, the reply once merged
+                        self.roster.send(m, self._notice(m, job))
                     self.books.syncer(t, self.kind, "close", p, n, weights)
         return again
 
@@ -332,11 +338,12 @@ class SyncerRuntime:
         self.versions[job.p].append((t, leaves))
         self.books.syncer(t, PUBLISH, "publish", job.p, job.weights, job.receivers, job.wait_s,
                           leaves, diag)
-        for m in range(self.M):  # back since the close: the reply comes now
+        for m in range(self.M):  # back since the close: the notice and the reply come now
             if self.up[m] and m not in job.receivers:
-                self.roster.send(m, self._reply(m, job), job.reply)
+                self.roster.send(m, self._notice(m, job))
+                self.roster.send(m, ("reply", job.p, job.n), job.reply)
 
-    def _reply(self, m: int, job: Merge) -> tuple:
+    def _notice(self, m: int, job: Merge) -> tuple:
         return ("publish", job.published_at, job.p, job.n, m in job.weights, job.next_ask)
 
     def _reload(self, m: int, now: float) -> None:
@@ -346,7 +353,7 @@ class SyncerRuntime:
             self._back(m, FRESH, None, now)
         else:
             self.peer_of[m] = peer
-            self.outbox.append((peer, ("upload", m), None))
+            self.outbox.append((peer, ("upload", m), None, self.roster.life[peer]))
 
     def _back(self, m: int, peer: int, inner_state, t: float) -> None:
         t = self._now(t)
