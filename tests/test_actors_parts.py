@@ -154,6 +154,19 @@ def test_the_agent_answers_and_applies_as_a_plain_loop_says(seed):
     assert got[1] == want[1]
 
 
+@pytest.mark.parametrize("tau", [0, 1, 3])
+def test_an_ask_and_its_publish_heard_steps_late_count_as_of_their_time(tau):
+    """Asked at 1.05 s and published at 1.1 s, between its boundaries at 1.0 s (its 5th) and
+    1.2 s, but heard only before its boundary at 1.6 s (its 8th): it had no boundary between
+    the ask and the publish, so it applies at its first boundary from position 5 + 1 + τ on
+    (not from its position when it heard them), and never answers."""
+    times = [round(0.2 * j, 9) for j in range(1, 16)]
+    agent = LearnerAgent(0, 1, tau)
+    messages = [("ask", 1.05, 0, 0), ("publish", 1.1, 0, 0, False, math.inf)]
+    got = run_agent(agent, times, lambda j: [agent.hear(x) for x in messages] if j == 8 else 0)
+    assert got == ([], [(max(8, 5 + 1 + tau), 1)])
+
+
 def test_the_agent_stops_where_it_is_told_and_reports_each_step():
     agent = LearnerAgent(1, 2, 1, k=3)
     agent.hear(("stop", 5))

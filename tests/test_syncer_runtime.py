@@ -446,3 +446,42 @@ def test_a_restarted_learner_that_has_not_rejoined_gives_no_flush_payload():
     first.begin()
     first.step(0)
     assert first.flush_answer(1).any()
+
+
+def test_the_publish_notice_goes_at_the_close_and_the_reply_once_merged():
+    """K = M = 2, one fragment, asked at 0.8 s: both answers in at 0.8 s close the sync. Each
+    learner is told at once when the merge counts from (0.8 s: a free link), that its answer
+    is in it and when the next ask comes, before the merge is computed (however long it takes,
+    a learner knows at its boundary whether it applies there); the reply's bytes follow once
+    merged. Learner 1 fails at 0.9 s and is back at 1.0 s: what the syncer says to it from then
+    on (the notice of the sync asked at 1.6 s) is for its new process."""
+    cfg = decoupled(workers=2, steps=8, fragments=1, overlap=1, inner_optimizer=MOMENTUM)
+    rt, agents = runtime(cfg)
+    for k in range(1, 5):
+        for x in [x for m in (0, 1) for x in answers_at(rt, agents, m, 0.2 * k)]:
+            arrive(rt, x, 0.2 * k)
+    assert rt.busy and sorted(rt.outbox) == [
+        (m, ("publish", pytest.approx(0.8), 0, 0, True, pytest.approx(1.6)), None, 0)
+        for m in (0, 1)]
+    for m, message, *_ in rt.outbox:
+        agents[m].hear(message)
+    rt.outbox.clear()
+    job = rt.next_merge()
+    rt.merged(job, rt.merge(job))
+    assert [(m, message, len(reply), life) for m, message, reply, life in rt.outbox] == [
+        (m, ("reply", 0, 0), rt.down_nbytes[0], 0) for m in (0, 1)]
+    rt.outbox.clear()
+    rt.failed(1, 0.9)
+    rt.rejoin(1, 1.0)
+    rt.peer_state(0, "learner 0's state", 1.0)
+    assert rt.take_rejoin(1, 2)[1]["life"] == 1
+    for m, message, *_ in rt.outbox:
+        if m == 0 and message[0] != "upload":
+            agents[0].hear(message)
+    rt.outbox.clear()
+    for k in range(5, 9):
+        for x in answers_at(rt, agents, 0, 0.2 * k):
+            arrive(rt, x, 0.2 * k)
+    rt.answered(1, 1, 0, 1, np.zeros(rt.theta.nbytes(0), np.uint8), 3, 1.6, [], 1.6)
+    notices = [(m, life) for m, message, _, life in rt.outbox if message[0] == "publish"]
+    assert sorted(notices) == [(0, 0), (1, 1)]
