@@ -15,7 +15,7 @@ from diloco_lite.actors.agent import LearnerAgent
 from diloco_lite.actors.booking import Books, late_s
 from diloco_lite.actors.budget import shares, steps_until, stops
 from diloco_lite.clock import Cluster, Timeline
-from diloco_lite.clock.syncer import APPLY, ASK, BOUNDARY, DEADLINE, FAIL, PUBLISH, REJOIN
+from diloco_lite.clock.syncer import ASK, DEADLINE, FAIL, PUBLISH, REJOIN
 
 # ---- actors.budget ------------------------------------------------------------------------------
 

@@ -120,8 +120,9 @@ def by_hand(cfg, hold_s: float = 0.0, peer_at_once: bool = True) -> dict:
         start_step(m, 0.0)
     while True:
         timer, event = due(rt.timers), due(heap)
-        if event is None and (timer is None or rt.end is None and rt.roster.predicted_end is not None
-                              and timer[0] > rt.roster.predicted_end):
+        predicted = rt.roster.predicted_end  # (the syncer waits for the learners after it)
+        if event is None and (timer is None or rt.end is None and predicted is not None
+                              and timer[0] > predicted):
             break
         if event is None or (timer is not None and timer < event):
             rt.advance(timer[0], timer[1] + 1)  # the syncer's own timer
