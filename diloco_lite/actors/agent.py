@@ -1,18 +1,21 @@
 """One learner on the wall clock: what it does at each step boundary, decided where it runs.
 
 A learner needs the syncer only at its asks, answers and applies, and all of them are known to
-it in advance: the syncer announces each ask (its time on the reference clock) when the version
-before is published, and each publish carries the time it counts from (the time the clock
-charges for the reply to reach the last learner), whether the learner's own answer is in the
-merge, and the next ask. So the learner makes no call at its step boundaries: `LearnerAgent`
+it in advance: the syncer announces each ask (its time on the reference clock) with the
+publish of the version before, and it sends a publish's notice at the close, before the merge
+is computed: the time it counts from (the time the clock charges for the reply to reach the
+last learner), whether the learner's own answer is in the merge, and the next ask (the reply's
+bytes follow once merged). So the learner makes no call at its step boundaries: `LearnerAgent`
 runs the one copy of the learner's rules (`clock.learner_side.LearnerSide`) on what it has heard,
 each message at the time it counts from, in the simulated clock's order at equal times (an ask
 before the step boundary of that instant; a publish after it, before the applies). It keeps a
 report of what it did (every step: its time, its loss, its answers and applies), which travels
 with its next answer (and at its stop), so that the syncer can book the run (`actors.booking`).
-A message that comes after the time it counts from (a reply slower than the clock's link model)
+A message that comes after the time it counts from (the notice of a close just before one of
+the learner's step boundaries: it arrives `hold_s` and a message's latency after the close)
 is taken at the next step boundary, as of its time: the learner's position then is known
-(`published(position=...)`).
+(`published(position=...)`), but an answer or an apply that its rules put at the boundary it
+missed comes one boundary late (booked as it happened).
 
 The syncer tells it where to stop (`stop`): the budget of M × steps learner-steps is shared
 out by the learners' step times (`actors.budget`). Nothing here imports Ray or JAX.
