@@ -3,7 +3,8 @@
 
 `by_hand` plays what the actor runtime does, on the simulated clock's times: each learner a
 real `LearnerProgram` stepping at its `Timeline` times and running its own rules on what it has
-heard (no call at its step boundaries), answering with its real Δ bytes and its report; its
+heard (a call only where a notice not heard yet could change what it does: its notices can
+be made to come late, `lag`), answering with its real Δ bytes and its report; its
 answers cross the hosts' links (`clock.Links`), the syncer's replies carry the time the same
 links deliver them; a failure window kills the learner (its state is lost, and what it did
 since its last report the syncer books from its rules and step times) and it rejoins at the
@@ -62,17 +63,21 @@ def simulated_plan(cfg):
                      rejoin_nbytes=d.rejoin_nbytes, eval_at=eval_points(cfg))
 
 
-def by_hand(cfg, hold_s: float = 0.0, peer_at_once: bool = True) -> dict:
+def by_hand(cfg, hold_s: float = 0.0, peer_at_once: bool = True, lag: float = 0.0) -> dict:
     """Drive `SyncerRuntime` and the learners' agents as the actors do (module docstring);
-    returns its `result()`."""
+    returns its `result()`. `lag`: the asks and publish notices reach a learner that long
+    after the syncer sent them, unless it asks for everything up to its step boundary
+    (`LearnerAgent.unsure`: here the syncer has handled every event before it)."""
     _, model, _, _ = setup(cfg, workers=1)
     params = model.init(cfg.seed)
     rt = SyncerRuntime(cfg, params, hold_s=hold_s)
     M, P, tau = cfg.workers, cfg.algorithm.fragments, cfg.algorithm.overlap
-    progs = [LearnerProgram(cfg, m, params) for m in range(M)]
-    agents = [LearnerAgent(m, P, tau) for m in range(M)]
-    life = [0] * M
     timeline = Timeline(cfg.cluster, M)
+    period = cfg.algorithm.inner_steps * timeline.t_ref
+    progs = [LearnerProgram(cfg, m, params) for m in range(M)]
+    agents = [LearnerAgent(m, P, tau, period_s=period) for m in range(M)]
+    life = [0] * M
+    mail = [[] for _ in range(M)]  # the notices on their way to each learner: (arrival, message)
     links = Links(timeline.cluster.link, M)  # the answers' (the syncer models its replies)
     heap, seq, wi, uploads = [], itertools.count(), [0] * M, set()
     arrival = [0.0] * M  # when each learner's last answer arrives
@@ -91,13 +96,16 @@ def by_hand(cfg, hold_s: float = 0.0, peer_at_once: bool = True) -> dict:
             return
         push(*((w[0], FAIL) if failing else (end, BOUNDARY)), m)
 
-    def deliver(t):  # the syncer's messages: at once (each counts from its own time)
-        for m, message, reply, _ in rt.outbox:
+    def deliver(t):  # the syncer's messages: at once (each counts from its own time), the
+        for m, message, reply, *_ in rt.outbox:  # notices `lag` later
             if message[0] == "upload":
                 uploads.add(m)
                 continue
             if message[0] == "reply":
                 progs[m].receive(message[1], message[2], reply)
+                continue
+            if lag and message[0] in ("ask", "publish"):
+                mail[m].append((t + lag, message))
                 continue
             stopped = agents[m].stopped
             agents[m].hear(message)
@@ -112,6 +120,11 @@ def by_hand(cfg, hold_s: float = 0.0, peer_at_once: bool = True) -> dict:
 
     def due(queue):  # its next entry (time, kind)
         return queue[0][:2] if queue else None
+
+    def read_mail(m, t, everything=False):  # the notices it has by t (or all of them)
+        for message in [x for at, x in mail[m] if everything or at <= t]:
+            agents[m].hear(message)
+        mail[m] = [(at, x) for at, x in mail[m] if not (everything or at <= t)]
 
     for m, messages in enumerate(rt.start()):
         progs[m].begin()
@@ -134,7 +147,11 @@ def by_hand(cfg, hold_s: float = 0.0, peer_at_once: bool = True) -> dict:
         if kind == BOUNDARY:
             (m,) = data
             a = agents[m]
-            answers, applies = a.boundary(t, progs[m].step(a.k))
+            loss = progs[m].step(a.k)
+            read_mail(m, t)
+            if a.unsure(t):  # the syncer's word: every message sent to it so far
+                read_mail(m, t, everything=True)
+            answers, applies = a.boundary(t, loss)
             for p, n, since in answers:
                 payload = progs[m].answer(p)
                 arrival[m] = links.send(m + 1, 0, rt.theta.nbytes(p), t)
@@ -161,6 +178,7 @@ def by_hand(cfg, hold_s: float = 0.0, peer_at_once: bool = True) -> dict:
             rt.killed(m, t)
             rt.failed(m, t)  # heard of at once, as on the simulated clock
             life[m] += 1
+            mail[m] = []
             if math.isfinite(back):
                 push(back, REJOIN, m)
         elif kind == REJOIN:
@@ -173,7 +191,8 @@ def by_hand(cfg, hold_s: float = 0.0, peer_at_once: bool = True) -> dict:
             state, got = rt.take_rejoin(m, ticket)
             assert state == "ready", state
             progs[m].reload(got["leaves"], got["inner"], got["versions"])
-            agents[m] = LearnerAgent(m, P, tau, k=got["k"], versions=got["versions"])
+            agents[m] = LearnerAgent(m, P, tau, k=got["k"], versions=got["versions"],
+                                     period_s=period)
             for message in got["messages"]:
                 agents[m].hear(message)
             start_step(m, t)
@@ -278,6 +297,22 @@ def test_the_wall_clock_syncer_is_the_simulated_run(name):
     last = out["rows"][-1]["stats"]
     assert last["step"] == cfg.steps and last["learner_steps"] == cfg.workers * cfg.steps
     assert max_abs_diff(out["params"], dl.train(cfg, progress=False).params) < 1e-5
+
+
+@pytest.mark.parametrize("name", ["synchronous", "jitter_k2_grace", "failure_k2"])
+def test_a_notice_that_comes_late_changes_nothing(name):
+    """The timing race of the actors: the asks and publish notices reach each learner 70 ms
+    after the syncer sent them (`hold_s` and a message's latency; a close just before a
+    learner's step boundary lands after it). Where that could change what a learner does at a
+    boundary, it asks the syncer for everything up to then (`LearnerAgent.unsure`), so the
+    decisions are still the simulated clock's, event for event (without that call, the last
+    two scenarios answer or apply a step late)."""
+    cfg = decoupled(**SCENARIOS[name])
+    plan = by_hand(cfg, lag=0.07)["plan"]
+    want = simulated_plan(cfg)
+    assert events(plan) == events(want)
+    for key in ("processed", "useful", "lost", "outer_steps"):
+        assert plan.final[key] == pytest.approx(want.final[key], rel=1e-9), key
 
 
 # ---- the runtime's edges, by hand -----------------------------------------------------------
@@ -417,7 +452,7 @@ def test_a_learner_killed_while_waiting_to_rejoin_never_takes_the_next_ones_stat
         rt.reported(m, 0, agents[m].take_report())
     rt.failed(1, 0.3)
     first = rt.rejoin(1, 0.5)
-    assert (0, ("upload", 1), None, 0) in rt.outbox
+    assert (0, ("upload", 1), None, 0, None) in rt.outbox
     assert rt.take_rejoin(1, first) == ("wait", None)
     rt.failed(1, 0.6)  # killed while waiting: already down
     assert rt.take_rejoin(1, first) == ("gone", None)
@@ -462,15 +497,15 @@ def test_the_publish_notice_goes_at_the_close_and_the_reply_once_merged():
         for x in [x for m in (0, 1) for x in answers_at(rt, agents, m, 0.2 * k)]:
             arrive(rt, x, 0.2 * k)
     assert rt.busy and sorted(rt.outbox) == [
-        (m, ("publish", pytest.approx(0.8), 0, 0, True, pytest.approx(1.6)), None, 0)
-        for m in (0, 1)]
+        (m, ("publish", pytest.approx(0.8), 0, 0, True, pytest.approx(1.6)), None, 0, 3)
+        for m in (0, 1)]  # (its 3rd message: the first ask and its stop came at the start)
     for m, message, *_ in rt.outbox:
         agents[m].hear(message)
     rt.outbox.clear()
     job = rt.next_merge()
     rt.merged(job, rt.merge(job))
-    assert [(m, message, len(reply), life) for m, message, reply, life in rt.outbox] == [
-        (m, ("reply", 0, 0), rt.down_nbytes[0], 0) for m in (0, 1)]
+    assert [(m, message, len(reply), life, n) for m, message, reply, life, n in rt.outbox] == [
+        (m, ("reply", 0, 0), rt.down_nbytes[0], 0, 4) for m in (0, 1)]
     rt.outbox.clear()
     rt.failed(1, 0.9)
     rt.rejoin(1, 1.0)
@@ -484,5 +519,5 @@ def test_the_publish_notice_goes_at_the_close_and_the_reply_once_merged():
         for x in answers_at(rt, agents, 0, 0.2 * k):
             arrive(rt, x, 0.2 * k)
     rt.answered(1, 1, 0, 1, np.zeros(rt.theta.nbytes(0), np.uint8), 3, 1.6, [], 1.6)
-    notices = [(m, life) for m, message, _, life in rt.outbox if message[0] == "publish"]
+    notices = [(m, life) for m, message, _, life, _ in rt.outbox if message[0] == "publish"]
     assert sorted(notices) == [(0, 0), (1, 1)]

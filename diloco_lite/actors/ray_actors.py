@@ -1,14 +1,18 @@
 """The actor runtime's two Ray actors (`actors.runtime` starts and watches them).
 
 - `Learner`: one learner's process. It runs `LearnerProgram` at the `Cluster`'s step times and
-  its own rules (`actors.agent`) on what the syncer has told it: it makes no call at its step
-  boundaries. An answer is sent without waiting (the wire format's bytes, with the learner's
-  report); a publish notice (`hear`, from the syncer, sent at the close) says when the next
-  version of a fragment counts from, and its reply brings the bytes, taken when its rules say
-  (waiting for them only if the merge is late); an "upload" asks for its inner optimizer
-  state at its next step boundary (for a returning peer). At its stop position it waits until
-  the syncer has every answer it sent, reports, and waits for a new stop (a learner went down)
-  or the end. A new process after a kill waits out the window, then rejoins (`Syncer.rejoin`).
+  its own rules (`actors.agent`) on what the syncer has told it, taking the syncer's messages in
+  the order sent (each is numbered). It calls the syncer at a step boundary only where a
+  message not heard yet could change what it does there (`LearnerAgent.unsure`): `until` says,
+  once the syncer has handled every event up to the boundary's time, how many messages it has
+  been sent, and it waits for them. An answer is sent without waiting (the wire format's
+  bytes, with the learner's report); a publish notice (`hear`, from the syncer, sent at the
+  close) says when the next version of a fragment counts from, and its reply brings the
+  bytes, taken when its rules say (waiting for them only if the merge is late); an "upload"
+  asks for its inner optimizer state at its next step boundary (for a returning peer). At its
+  stop position it waits until the syncer has every answer it sent, reports, and waits for a
+  new stop (a learner went down) or the end. A new process after a kill waits out the
+  window, then rejoins (`Syncer.rejoin`).
 - `Syncer`: `SyncerRuntime` under a lock, called from Ray's threads, with a thread of its own
   for the timers and the merges (computed off the lock); it sends its messages (`outbox`) as
   they come. `flushes` and `result` wait until no merge is queued or being computed.
@@ -59,34 +63,39 @@ def actor_classes():
             self.program = LearnerProgram(config, m, params)
             self.program.warm_up()
             self.mail, self.replies, self.upload, self.life = queue.Queue(), {}, False, 0
+            self.early, self.taken = {}, 0  # messages ahead of their turn; how many taken
 
         def ready(self):
             return True
 
-        def hear(self, message, reply=None, life=0):
+        def hear(self, message, reply=None, life=0, number=None):
             """A message of the syncer (and a reply's bytes) for process `life` of this learner
-            (one for an earlier process, queued while Ray restarted the actor, is dropped)."""
-            self.mail.put((message, reply, life))
+            (one for an earlier process, queued while Ray restarted the actor, is dropped), the
+            `number`-th sent to it (None: an "upload")."""
+            self.mail.put((message, reply, life, number))
 
         def run(self, syncer, t0, messages=None, back_at=None):
             from .agent import LearnerAgent
 
             prog, m, P, tau = self.program, self.m, self.schedule.fragments, \
                 self.schedule.overlap
+            period = self.schedule.inner_steps * self.timeline.t_ref
             if back_at is not None:  # a new process after a failure: wait out the window
                 time.sleep(max(0.0, t0 + back_at - time.time()))
                 got = ray.get(syncer.rejoin.remote(m))
                 if got is None:
                     return "ended"
                 prog.reload(got["leaves"], got["inner"], got["versions"])
-                agent = LearnerAgent(m, P, tau, k=got["k"], versions=got["versions"])
+                agent = LearnerAgent(m, P, tau, k=got["k"], versions=got["versions"],
+                                     period_s=period)
                 messages, T, life = got["messages"], got["t"], got["life"]
                 self.life = life
             else:
                 prog.begin()
-                agent, T, life = LearnerAgent(m, P, tau), 0.0, 0
+                agent, T, life = LearnerAgent(m, P, tau, period_s=period), 0.0, 0
             for message in messages:
                 agent.hear(message)
+            self.early, self.taken = {}, len(messages)
             sent = []
             while True:
                 self._take(agent)
@@ -102,6 +111,10 @@ def actor_classes():
                 T = max(T + self.timeline.duration(m, agent.k), time.time() - t0)
                 time.sleep(max(0.0, t0 + T - time.time()))
                 self._take(agent)
+                if agent.unsure(T):  # everything up to T first: the syncer's word, its messages
+                    sent_to_it = ray.get(syncer.until.remote(m, life, T))
+                    while self.taken < sent_to_it:
+                        self._take(agent, block=True)
                 answers, applies = agent.boundary(T, loss)
                 for p, n, since in answers:
                     sent.append(syncer.answered.remote(m, life, p, n, prog.answer(p), since,
@@ -123,11 +136,12 @@ def actor_classes():
                 ray.get(done)  # (an error in the syncer's handling surfaces here)
 
         def _take(self, agent, block=False):
-            """Pass on what the syncer said; replies' bytes to the program, in order."""
+            """Pass on what the syncer said, in the order it was sent (`block`: wait for one
+            message at least); replies' bytes to the program, in order."""
             while True:
                 try:
-                    message, reply, life = self.mail.get(block=block,
-                                                         timeout=1.0 if block else None)
+                    message, reply, life, number = self.mail.get(
+                        block=block, timeout=1.0 if block else None)
                 except queue.Empty:
                     if block:
                         continue
@@ -135,12 +149,17 @@ def actor_classes():
                 block = False
                 if life != self.life:
                     continue  # for an earlier process of this learner
-                if message[0] == "upload":
+                if number is None:  # an "upload"
                     self.upload = True
-                elif message[0] == "reply":
-                    self.replies[message[1], message[2]] = reply
-                else:
-                    agent.hear(message)
+                    continue
+                self.early[number] = (message, reply)
+                while self.taken + 1 in self.early:
+                    self.taken += 1
+                    message, reply = self.early.pop(self.taken)
+                    if message[0] == "reply":
+                        self.replies[message[1], message[2]] = reply
+                    else:
+                        agent.hear(message)
             for (p, n) in sorted(self.replies):
                 if self.program.has(p, n):
                     self.program.receive(p, n, self.replies.pop((p, n)))
@@ -171,8 +190,8 @@ def actor_classes():
 
         def _deliver(self):
             """Send what the syncer has to say (under the lock: in order)."""
-            for m, message, reply, life in self.rt.outbox:
-                self.learners[m].hear.remote(message, reply, life)
+            for m, message, reply, life, number in self.rt.outbox:
+                self.learners[m].hear.remote(message, reply, life, number)
             self.rt.outbox.clear()
 
         def _loop(self):  # the timers and the merges
@@ -222,6 +241,18 @@ def actor_classes():
                     self._deliver()
                 if state != "wait":
                     return got
+                time.sleep(0.002)
+
+        def until(self, m, life, t):
+            """How many messages learner m's process has been sent, once every event up to its
+            step boundary at t is handled (`SyncerRuntime.until`)."""
+            while True:
+                with self.lock:
+                    if self.error:
+                        raise RuntimeError(f"the syncer failed: {self.error}")
+                    sent = self.rt.until(m, life, t)
+                if sent is not None:
+                    return sent
                 time.sleep(0.002)
 
         def peer_state(self, q, inner_state, t):

@@ -25,7 +25,8 @@ __all__ = ["Roster"]
 class Roster:
     """M learners of `fragments` fragments, overlap `tau`, at `timeline`'s step times, spending
     `budget` learner-steps; `outbox` receives the messages (learner, message, reply bytes,
-    the process they are for: `life`)."""
+    the process they are for: `life`, and how many messages that process has been sent with
+    this one: None for an "upload", which is not one of its rules' messages)."""
 
     def __init__(self, timeline, fragments: int, tau: int, budget: int, outbox: list):
         self.timeline, self.M, self.P, self.tau = timeline, timeline.learners, fragments, tau
@@ -47,7 +48,8 @@ class Roster:
     def started(self, m: int, messages: list, k: int = 0, versions=None, t: float = -math.inf,
                 now: float = 0.0) -> list:
         """A process of learner m begins at position k (versions held, time t) with `messages`
-        (its stop is added); returns them."""
+        (its stop is added); returns them (the messages sent to it later are numbered from there
+        on: `send`)."""
         self.starts[m] = (k, list(versions) if versions is not None else [0] * self.P, t)
         if t > -math.inf:
             self.restop(m, (k, t), now)
@@ -78,9 +80,10 @@ class Roster:
 
     # ---- where the learners are -----------------------------------------------------------------
     def send(self, m: int, message: tuple, reply=None) -> None:
-        """A message to learner m (kept: `lost_report` replays them)."""
+        """A message to learner m's process, numbered in the order sent to it (its first
+        messages, given when it began, come first), and kept: `lost_report` replays them."""
         self.heard[m].append(message)
-        self.outbox.append((m, message, reply, self.life[m]))
+        self.outbox.append((m, message, reply, self.life[m], len(self.heard[m])))
 
     def lost_report(self, m: int, kill: float, reported: list) -> list:
         """What learner m did from its last report to its kill at `kill`, as its rules (on the

@@ -68,6 +68,8 @@ class Merge:
     next_ask: float = math.inf
     result: tuple | None = None  # (Θ_p leaves, diagnostics), once merged
     reply: object = None  # the reply's bytes, once merged
+    told: dict = dataclasses.field(default_factory=dict)  # learner -> its process (life) that
+    # has the publish notice: the reply goes to each
 
 
 class SyncerRuntime:
@@ -91,6 +93,8 @@ class SyncerRuntime:
         self.books = Books(self.recorder, self.M, config.steps, eval_points(config),
                            [v[0][1] for v in self.versions])
         self.timers, self.seq, self.clock, self.kind = [], itertools.count(), 0.0, ASK
+        self.decided = (0.0, ASK)  # every event before it is handled (a learner waits on it)
+        self.reached = 0.0  # the latest step boundary a learner is known to be at
         self.asked_n = [0] * self.P  # each fragment's asks so far: the next one's number
         self.open: list = [None] * self.P  # p's open sync: (its id, its number)
         self.payloads = [{} for _ in range(self.P)]  # the open sync's answers
@@ -195,18 +199,31 @@ class SyncerRuntime:
             del self.peer_of[m]
             self._back(m, q, inner_state, t)
 
+    def until(self, m: int, life: int, t: float) -> int | None:
+        """Learner m is at its step boundary at t, unsure of what it does there
+        (`LearnerAgent.unsure`): once every event up to that instant is handled, the number of
+        messages its process has been sent (it waits for them all); None before. (A step
+        boundary before its stop: the run ends no earlier.)"""
+        if life != self.roster.life[m] or not self.up[m] or self.end is not None:
+            return len(self.roster.heard[m])  # (it has no decision left to wait for)
+        self.reached = max(self.reached, t)
+        return len(self.roster.heard[m]) if self.decided >= (t, FAIL) else None
+
     # ---- the syncer's own work ------------------------------------------------------------------
     def advance(self, to: float, before: int = 99) -> None:
         """Handle the events due before (to, before) in order of time (module docstring)."""
         while self.timers and self.timers[0][:2] < (to, before):
             t, kind, _, p, data = self.timers[0]
             if kind == PUBLISH and data.result is None:
+                self.decided = max(self.decided, (t, kind))
                 return  # its merge is still being computed
             if kind != PUBLISH and self.end is not None and (t, kind) >= (self.end, END):
                 heapq.heappop(self.timers)
                 continue  # after the end
-            if kind != PUBLISH and self.end is None and self.roster.predicted_end is not None \
-                    and t > self.roster.predicted_end:
+            predicted = self.roster.predicted_end
+            if kind != PUBLISH and self.end is None and predicted is not None \
+                    and t > max(predicted, self.reached):
+                self.decided = max(self.decided, (t, kind))
                 return  # after the end the step times predict: wait for the learners
             heapq.heappop(self.timers)
             t, self.kind = self._now(t), kind
@@ -219,6 +236,7 @@ class SyncerRuntime:
                 self._published(data, t)
             else:
                 self._arrived(p, *data, t)
+        self.decided = max(self.decided, (to, before))
 
     def next_merge(self) -> Merge | None:
         """The next closed sync to merge; `merged` it when done."""
@@ -238,15 +256,16 @@ class SyncerRuntime:
         return self.theta.merge(job.p, job.weights, job.payloads, job.flush)
 
     def merged(self, job: Merge, result) -> None:
-        """The merge is computed: Θ_p is the new one, and every receiver gets its reply (the
-        publish notice went at the close)."""
+        """The merge is computed: Θ_p is the new one, and every learner told of it gets its reply
+        (the publish notice went at the close, or at its rejoin)."""
         diag = self.theta.take(job.p, result)
         job.result, job.reply = (result[0], diag), result[3]
         if job.flush:
             return
         self.merging -= 1
-        for m in job.receivers:
-            self.roster.send(m, ("reply", job.p, job.n), job.reply)
+        for m, life in job.told.items():
+            if life == self.roster.life[m]:
+                self.roster.send(m, ("reply", job.p, job.n), job.reply)
 
     def flushes(self) -> list | None:
         """At the end (every learner up has stopped; call again until it says otherwise): the
@@ -316,6 +335,7 @@ class SyncerRuntime:
                     heapq.heappush(self.timers, (at, PUBLISH, next(self.seq), p, job))
                     for m in to:  # the notice now, the reply once merged
                         self.roster.send(m, self._notice(m, job))
+                        job.told[m] = self.roster.life[m]
                     self.books.syncer(t, self.kind, "close", p, n, weights)
         return again
 
@@ -338,10 +358,6 @@ class SyncerRuntime:
         self.versions[job.p].append((t, leaves))
         self.books.syncer(t, PUBLISH, "publish", job.p, job.weights, job.receivers, job.wait_s,
                           leaves, diag)
-        for m in range(self.M):  # back since the close: the notice and the reply come now
-            if self.up[m] and m not in job.receivers:
-                self.roster.send(m, self._notice(m, job))
-                self.roster.send(m, ("reply", job.p, job.n), job.reply)
 
     def _notice(self, m: int, job: Merge) -> tuple:
         return ("publish", job.published_at, job.p, job.n, m in job.weights, job.next_ask)
@@ -353,7 +369,7 @@ class SyncerRuntime:
             self._back(m, FRESH, None, now)
         else:
             self.peer_of[m] = peer
-            self.outbox.append((peer, ("upload", m), None, self.roster.life[peer]))
+            self.outbox.append((peer, ("upload", m), None, self.roster.life[peer], None))
 
     def _back(self, m: int, peer: int, inner_state, t: float) -> None:
         t = self._now(t)
@@ -361,10 +377,16 @@ class SyncerRuntime:
         asks = self._act(self.state.back(m, t), t)  # the open syncs it had not answered
         asks += [("ask", when, p, self.asked_n[p]) for when, kind, _, p, _ in self.timers
                  if kind == ASK]  # the asks to come (those after a merge in flight: with it)
+        flying = [job for _, kind, _, _, job in sorted(self.timers) if kind == PUBLISH]
         held = [max(i for i, (at, _) in enumerate(v) if at <= t) for v in self.versions]
         fragments = [self.versions[p][i][1] for p, i in enumerate(held)]
         k = self.roster.last[m][0]
-        messages = self.roster.started(m, asks, k, held, t, now=self.clock)
+        messages = self.roster.started(m, asks + [self._notice(m, job) for job in flying], k,
+                                       held, t, now=self.clock)
+        for job in flying:  # a merge in flight: its notice now (above), its reply once merged
+            job.told[m] = self.roster.life[m]
+            if job.reply is not None:
+                self.roster.send(m, ("reply", job.p, job.n), job.reply)
         self.rejoined[m] = dict(leaves=self._leaves(fragments), inner=inner_state, k=k, t=t,
                                 messages=messages, versions=held, life=self.roster.life[m])
 
