@@ -4,6 +4,9 @@
 `SyncerState` decides (quorum, grace, token weights, failures, the flush) and the same link
 model (`clock.Links`) says when a reply reaches the learners; the learners' own rules run on
 the learners (`actors.agent`). Times are seconds of wall clock since the run's start `t0`.
+Its parts: this module (the messages and the syncer's own events), `actors.merging` (the
+merges, computed off the lock, and the end), `actors.rejoins` (failures and rejoins),
+`actors.roster` (where the learners are between their reports), `actors.booking` (the books).
 
 The messages (nothing else crosses a link, apart from a rejoin's):
 
@@ -17,62 +20,46 @@ The messages (nothing else crosses a link, apart from a rejoin's):
   that a learner knows at its step boundary whether it applies the fragment there, however
   long the merge takes (it waits for the reply's bytes only then). The first asks are
   announced at the start (`start`), with each learner's stop position (`actors.budget`;
-  changed by a failure or a rejoin: a "stop" message).
+  changed by a failure or a rejoin: a "stop" message). Each message to a learner's process is
+  numbered, in the order sent;
+- learner → syncer, **until** (`until`), only at a step boundary where a notice it has not
+  heard yet could change what it does (`LearnerAgent.unsure`): once the syncer has handled
+  every event up to that instant, it says how many messages it has sent that learner, and the
+  learner waits for them all. So what a learner does at a boundary never depends on how long a
+  message took (a close just before its boundary, whose notice comes `hold_s` and a latency
+  later, is heard in time).
 
 The syncer's own events (the asks, the grace deadlines, the answers, each stamped with the time
 it reached the syncer, and the publishes) are handled in order of time `hold_s` after it, so
-that at equal times the order is the simulated clock's; a publish waits for its merge, which is
-computed off the lock (`next_merge`/`merge`/`merged`). Nothing after the budget's last step is
+that at equal times the order is the simulated clock's (`advance`; `decided`: every event
+before it is handled); a publish waits for its merge. Nothing after the budget's last step is
 handled but the publishes of merges closed before it (as on the simulated clock): until every
-learner has stopped, events after the end its step times predict wait.
-
-A returning learner's `rejoin` gives a ticket (a later failure of the same learner voids it:
-`take_rejoin`); it reloads Θ as published and a healthy peer's inner optimizer state, uploaded
-at the peer's next step boundary (an "upload" message), or a fresh one with no peer up. A
-learner killed after its last report is booked with the steps its step times give until the
-kill. The end: `flushes()` once every learner up has stopped and no merge is left, then
-`flush` each, then `result()`. Nothing here imports Ray; `actors.ray_actors` calls these
-methods from Ray's threads, under a lock.
+learner has stopped, events after the end its step times predict wait, unless a learner's
+`until` says it has a step boundary after it (then the run ends no earlier). Nothing here
+imports Ray; `actors.ray_actors` calls these methods from Ray's threads, under a lock.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import itertools
-import math
 
 from ..clock import Links, Timeline
-from ..clock.learner_rules import FRESH, book_flush, flush_weights, peer_of
 from ..clock.recorder import Recorder
-from ..clock.syncer import ASK, DEADLINE, END, FAIL, PUBLISH, REJOIN, RESPONSE
+from ..clock.syncer import ASK, DEADLINE, END, FAIL, PUBLISH, RESPONSE
 from ..clock.syncer_state import Ask, AskAt, Close, SetDeadline, SyncerState
 from ..training import eval_points
 from ..validate import check_nonnegative
 from .booking import Books
+from .merging import Merge, Merges
+from .rejoins import Rejoins
 from .roster import Roster
 from .theta import SyncerParams
 
-
-@dataclasses.dataclass
-class Merge:
-    p: int
-    n: int  # the sync's number among fragment p's
-    weights: dict  # learner -> weight
-    receivers: tuple  # the learners up at the close: one reply each
-    wait_s: float
-    payloads: dict  # learner -> bytes
-    flush: bool = False
-    closed_at: float = 0.0
-    published_at: float = 0.0  # when the clock's links deliver the last reply
-    next_ask: float = math.inf
-    result: tuple | None = None  # (Θ_p leaves, diagnostics), once merged
-    reply: object = None  # the reply's bytes, once merged
-    told: dict = dataclasses.field(default_factory=dict)  # learner -> its process (life) that
-    # has the publish notice: the reply goes to each
+__all__ = ["Merge", "SyncerRuntime"]
 
 
-class SyncerRuntime:
+class SyncerRuntime(Rejoins, Merges):
     """The syncer of `config` (Decoupled DiLoCo) from `params` (None: the model's initial
     parameters for `config.seed`; module docstring)."""
 
@@ -143,62 +130,6 @@ class SyncerRuntime:
             self.roster.final[m] = final
             self._check_end()
 
-    def failed(self, m: int, now: float) -> None:
-        """Learner m's process died: its unsynced work and its answers on the wire are lost; a
-        rejoin it was waiting for is void. (Already down: only that.)"""
-        self.tickets[m] += 1
-        self.peer_of.pop(m, None)
-        self.rejoined.pop(m, None)
-        self.roster.final.pop(m, None)
-        if not self.up[m]:
-            return
-        self.advance(now - self.hold, before=FAIL)
-        t = self._now(now)
-        began = self.roster.starts[m][2]
-        self.books.learner(m, self.roster.failed(m, t, self.clock,
-                                                 self.books.reported(m, after=began)))
-        self.books.syncer(t, FAIL, "fail", m)
-        self.kind = FAIL
-        self._act(self.state.failed(m, t), t)
-        self._check_end()
-        for r, q in list(self.peer_of.items()):
-            if q == m:  # it was to send its state to a returning learner: ask another one
-                del self.peer_of[r]
-                self._reload(r, now)
-
-    def killed(self, m: int, now: float, for_good: bool = False) -> None:
-        """The driver killed learner m's process (a failure window began; `for_good`: it never
-        comes back): logged; it takes no more steps."""
-        self.books.syncer(now, FAIL, "kill", m)
-        self.roster.killed(m, now, self.clock, for_good)
-
-    def rejoin(self, m: int, now: float) -> int:
-        """Learner m is back: it reloads at the next step boundary of a healthy peer, which
-        uploads its inner optimizer state (`peer_state`); with no peer up, at once, with a fresh
-        one. Returns its ticket for `take_rejoin`."""
-        self.tickets[m] += 1
-        self.rejoined.pop(m, None)
-        self._reload(m, now)
-        return self.tickets[m]
-
-    def take_rejoin(self, m: int, ticket: int) -> tuple[str, dict | None]:
-        """("ready", what it loads) once learner m's rejoin `ticket` has it, ("wait", None)
-        before, ("gone", None) when the ticket is void or the run has ended."""
-        if ticket != self.tickets[m]:
-            return "gone", None
-        if m in self.rejoined:
-            return "ready", self.rejoined.pop(m)
-        if self.end is not None:
-            self.peer_of.pop(m, None)
-            return "gone", None
-        return "wait", None
-
-    def peer_state(self, q: int, inner_state, t: float) -> None:
-        """Peer q's inner optimizer state, uploaded at its step boundary t."""
-        for m in [r for r, peer in self.peer_of.items() if peer == q]:
-            del self.peer_of[m]
-            self._back(m, q, inner_state, t)
-
     def until(self, m: int, life: int, t: float) -> int | None:
         """Learner m is at its step boundary at t, unsure of what it does there
         (`LearnerAgent.unsure`): once every event up to that instant is handled, the number of
@@ -237,71 +168,6 @@ class SyncerRuntime:
             else:
                 self._arrived(p, *data, t)
         self.decided = max(self.decided, (to, before))
-
-    def next_merge(self) -> Merge | None:
-        """The next closed sync to merge; `merged` it when done."""
-        if not self.merges:
-            return None
-        self.merging += 1
-        return self.merges.pop(0)
-
-    @property
-    def busy(self) -> bool:
-        """A merge is queued or being computed."""
-        return bool(self.merges) or self.merging > 0
-
-    def merge(self, job: Merge):
-        """The merge of a closed sync, or of the flush (no lock needed: fragment p has one
-        version in flight); hand its result to `merged`."""
-        return self.theta.merge(job.p, job.weights, job.payloads, job.flush)
-
-    def merged(self, job: Merge, result) -> None:
-        """The merge is computed: Θ_p is the new one, and every learner told of it gets its reply
-        (the publish notice went at the close, or at its rejoin)."""
-        diag = self.theta.take(job.p, result)
-        job.result, job.reply = (result[0], diag), result[3]
-        if job.flush:
-            return
-        self.merging -= 1
-        for m, life in job.told.items():
-            if life == self.roster.life[m]:
-                self.roster.send(m, ("reply", job.p, job.n), job.reply)
-
-    def flushes(self) -> list | None:
-        """At the end (every learner up has stopped; call again until it says otherwise): the
-        fragments to flush and the learners whose Δ each takes (`Merge` jobs without payloads
-        yet); None while a merge is left to compute or publish."""
-        if self.end is None:
-            return None
-        self.advance(math.inf)
-        if self.busy or any(kind == PUBLISH for _, kind, *_ in self.timers):
-            return None
-        self.flushing = True
-        self.rec, self.rows, self.losses, self.log = self.books.book(self.end)
-        t = max([self.end] + [e[0] for e in self.log if e[1] == "merge"])
-        for m, (_, held) in self.roster.final.items():
-            for p, v in enumerate(held):
-                if self.up[m] and v == self.state.version[p]:
-                    self.state.applied(m, p, t)
-        self.done = t
-        return [Merge(p, -1, who, (), 0.0, {}, flush=True)
-                for p, who in flush_weights(self.state.end(t), self.rec.since, self.tokens)]
-
-    def flush(self, job: Merge) -> None:
-        """The flush of `job` (its payloads in), merged and booked."""
-        self.merged(job, self.merge(job))
-        book_flush(self.rec, job.p, job.weights, self.done)
-        self.flushed.append((job.p, *job.result))
-
-    def result(self) -> dict:
-        """The history rows (stats, diagnostics, Θ), the losses, the log and the recorded plan."""
-        if self.done is None:
-            raise RuntimeError("result() before the flush is planned (a merge is left, or the "
-                               "learners have not all stopped): call flushes() until it plans")
-        last = self.books.last_row(self.rec, self.done, self.flushed)
-        rows = [{**r, "params": self._leaves(r.pop("fragments"))} for r in self.rows + [last]]
-        return dict(rows=rows, losses=self.losses, log=sorted(self.log, key=lambda e: e[0]),
-                    plan=self.rec.finish(), params=self.theta.params())
 
     def status(self) -> dict:
         return dict(processed=self.roster.processed(self.up, self.clock), ending=self.end,
@@ -361,51 +227,6 @@ class SyncerRuntime:
 
     def _notice(self, m: int, job: Merge) -> tuple:
         return ("publish", job.published_at, job.p, job.n, m in job.weights, job.next_ask)
-
-    def _reload(self, m: int, now: float) -> None:
-        """Returning learner m reloads: from a peer's next step boundary, or at once (fresh)."""
-        peer = peer_of(self.up, m)
-        if peer == FRESH:  # no peer up: a fresh inner optimizer state (its own was lost)
-            self._back(m, FRESH, None, now)
-        else:
-            self.peer_of[m] = peer
-            self.outbox.append((peer, ("upload", m), None, self.roster.life[peer], None))
-
-    def _back(self, m: int, peer: int, inner_state, t: float) -> None:
-        t = self._now(t)
-        self.books.syncer(t, REJOIN, "reload", m, peer)
-        asks = self._act(self.state.back(m, t), t)  # the open syncs it had not answered
-        asks += [("ask", when, p, self.asked_n[p]) for when, kind, _, p, _ in self.timers
-                 if kind == ASK]  # the asks to come (those after a merge in flight: with it)
-        flying = [job for _, kind, _, _, job in sorted(self.timers) if kind == PUBLISH]
-        held = [max(i for i, (at, _) in enumerate(v) if at <= t) for v in self.versions]
-        fragments = [self.versions[p][i][1] for p, i in enumerate(held)]
-        k = self.roster.last[m][0]
-        messages = self.roster.started(m, asks + [self._notice(m, job) for job in flying], k,
-                                       held, t, now=self.clock)
-        for job in flying:  # a merge in flight: its notice now (above), its reply once merged
-            job.told[m] = self.roster.life[m]
-            if job.reply is not None:
-                self.roster.send(m, ("reply", job.p, job.n), job.reply)
-        self.rejoined[m] = dict(leaves=self._leaves(fragments), inner=inner_state, k=k, t=t,
-                                messages=messages, versions=held, life=self.roster.life[m])
-
-    def _check_end(self) -> None:
-        if self.end is None:
-            self.end = self.roster.end(self.up)
-            if self.end is not None:
-                self._by_the_end()
-
-    def _by_the_end(self) -> None:
-        """An answer that arrived after the end, but that the clock's link would have carried by
-        then (sent by the end: on loopback's free link, at once), counts as arrived then."""
-        link = self.timeline.cluster.link
-        for i, (t, kind, seq, p, data) in enumerate(self.timers):
-            if kind == RESPONSE and t > self.end:
-                sent = data[3] + link.busy_s(self.theta.nbytes(p)) + link.latency_s
-                if sent <= self.end:
-                    self.timers[i] = (sent, kind, seq, p, data)
-        heapq.heapify(self.timers)
 
     def _send_back(self, p: int, t: float) -> float:
         to = [m for m in range(self.M) if self.up[m]]
