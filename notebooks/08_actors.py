@@ -44,13 +44,25 @@
 # | a failure | the clock skips the learner | its process gets `SIGKILL`; Ray starts a new one |
 # | who decides | `SyncerState` | the same `SyncerState` |
 #
-# A learner never waits for a merge. At each **step boundary** it makes one short call to the
-# syncer: "I am learner m, I finished a step at T seconds, my loss was x". The reply says what
-# to do now: *answer these asks* (send Δ of these fragments), *apply these published
-# fragments*, *upload your optimizer state* (for a learner coming back), or *stop*. The
-# decisions behind the reply (the quorum K, the grace window, the token weights, what a
-# failure drops, the end-of-run flush) are taken by the one state machine both clocks share,
-# `clock.syncer_state.SyncerState`; only the source of the events differs.
+# A learner never waits for a merge, and at most **step boundaries** it does not talk to the
+# syncer at all: it runs the learner's rules itself (`clock.learner_side.LearnerSide`, the
+# very copy the simulated clock runs) on what the syncer has told it **ahead of time**: when
+# each ask comes (a time on the reference clock), and, at each close, a *publish notice*
+# (when the merge counts from, whether its own answer is in it, when the next ask comes),
+# then the merged fragment's bytes once computed, and where to *stop*. From those it knows at
+# each boundary whether to *answer* (send Δ of a fragment) and whether to *apply* a published
+# fragment. It tells the syncer what it did with its answers (a report), and *uploads its
+# optimizer state* when a learner coming back needs it.
+#
+# One case needs a word from the syncer: a notice can arrive after the time it counts from
+# (a close a few milliseconds before the learner's boundary; the syncer handles its events
+# `hold_s` after their time, and a message takes time). So at a boundary where such a notice
+# could change what it does (a fragment asked by then whose publish it has not heard, and it
+# would answer or apply there), the learner asks "anything up to time T?" and waits for the
+# syncer to have handled every event up to T. Its decisions then never depend on how long a
+# message took. The syncer's decisions (the quorum K, the grace window, the token weights,
+# what a failure drops, the end-of-run flush) are taken by the one state machine both clocks
+# share, `clock.syncer_state.SyncerState`; only the source of the events differs.
 
 # %%
 # Where Colab installs diloco_lite from: this project's repository, your fork
@@ -156,7 +168,7 @@ display(pd.DataFrame({"on actors": real.final[columns], "simulated clock": sim.f
 # %% [markdown]
 # Same outer steps, same bytes, the same model; only `sim_time_s` differs, and only a little:
 # on actors it holds the real seconds since the start, and a step boundary lands late when a
-# step plus its call to the syncer outlasts its 0.5 s.
+# step (plus, at an ask, its wait for the syncer's word) outlasts its 0.5 s.
 #
 # ## 2. A real kill
 #
@@ -325,7 +337,7 @@ print(f"evaluation rows written before a merge of their own instant: {early} of 
 #   are all in, so it evaluates Θ without their merge. The replay follows the recorded order
 #   (the plan holds it), which is why it still agrees.
 #
-# **Late boundaries.** A step plus its call to the syncer sometimes outlasts its 0.2 s (the
+# **Late boundaries.** A step (plus a wait for the syncer's word) sometimes outlasts its 0.2 s (the
 # processes share two cores here; a learner's first call of a kind may compile), and all of
 # that learner's later boundaries shift: learners drift out of phase. An ask then no longer
 # finds them at the same instant. With K = 2 the first two answers start the grace window,

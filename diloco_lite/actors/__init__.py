@@ -2,9 +2,15 @@
 
 - `learner`: one learner's program (its state on its own device; the shared inner step, wire
   format and mix);
+- `agent`: one learner's rules on the wall clock (the simulated clock's
+  `clock.learner_side.LearnerSide`), run in the learner's process on what the syncer told it
+  ahead of time: no call at its step boundaries, but where a notice not heard yet could change
+  what it does there;
 - `syncer`: the syncer on the wall clock, driving the same `clock.syncer_state.SyncerState`
-  and `clock.learner_rules.LearnerRules` as the simulated clock, booking with the same
-  `Recorder`; `theta`: its numbers (Θ, the outer states, the merges);
+  as the simulated clock, with `merging` (its merges, and the end), `rejoins` (failures and
+  rejoins), `roster` (where the learners are between their reports), `budget` (where each
+  learner stops) and `booking` (the run booked on the same `Recorder`, from the learners'
+  reports); `theta`: its numbers (Θ, the outer states, the merges);
 - `ray_actors`: the two Ray actors (a learner's process, the syncer's);
 - `runtime`: `train_actors(config)`: starts them, kills and restarts learners at the failure
   windows, flushes at the end.

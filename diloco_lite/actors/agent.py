@@ -5,7 +5,7 @@ it in advance: the syncer announces each ask (its time on the reference clock) w
 publish of the version before, and it sends a publish's notice at the close, before the merge
 is computed: the time it counts from (the time the clock charges for the reply to reach the
 last learner), whether the learner's own answer is in the merge, and the next ask (the reply's
-bytes follow once merged). So the learner makes no call at its step boundaries: `LearnerAgent`
+bytes follow once merged). So the learner needs no call at its step boundaries: `LearnerAgent`
 runs the one copy of the learner's rules (`clock.learner_side.LearnerSide`) on what it has heard,
 each message at the time it counts from, in the simulated clock's order at equal times (an ask
 before the step boundary of that instant; a publish after it, before the applies). It keeps a

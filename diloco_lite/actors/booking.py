@@ -1,6 +1,6 @@
 """The books of a run on actors: what happened, booked on a `Recorder` once the run is over.
 
-The learners make no call at their step boundaries (`actors.agent`): each one reports what it
+The learners make no call at most step boundaries (`actors.agent`): each one reports what it
 did (every step, answer and apply) with its next answer and at its stop, and the syncer knows
 its own events (asks, closes, publishes, failures, rejoins). `Books` gathers both and books
 them in the simulated clock's order (by time; at equal times, `clock.syncer`'s order of kinds:

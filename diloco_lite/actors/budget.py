@@ -2,7 +2,7 @@
 
 On the simulated clock the run ends when the learners together have taken M × `steps` steps,
 counted in the order they finish (at equal times, by learner). The learners of the actor
-runtime make no call at their step boundaries, so the syncer shares the budget out in advance
+runtime make no call at most step boundaries, so the syncer shares the budget out in advance
 from their step times (`Timeline`): learner m steps from `anchors[m]` = (its position, the time
 it reached it) on, one `Timeline.duration` after the other; a learner down (time None) takes
 no more. `stops` returns the position at which each learner stops. The syncer recomputes it when a

@@ -1,6 +1,6 @@
 """What the syncer of the actor runtime knows of its learners, between their reports.
 
-The learners make no call at their step boundaries (`actors.agent`), so `Roster` keeps, for
+The learners make no call at most step boundaries (`actors.agent`), so `Roster` keeps, for
 each learner: its last reported (position, time) and where its process began, its step times
 (`Timeline`) to tell where it is now (`position`), its share of the budget (`stop`,
 `actors.budget`: shared out again when a learner goes down or comes back, with a "stop"

@@ -6,11 +6,14 @@
 - Each learner is an actor (its own OS process, one CPU device here) running `LearnerProgram`
   at its own pace: its steps are padded to the `Cluster`'s step times (`Timeline.duration`),
   so the same `Cluster` runs on both clocks. It runs its own rules (`actors.agent`) on what the
-  syncer told it in advance: no call at its step boundaries; it sends its answers (the wire
-  format's bytes and its report) and never waits for a merge.
+  syncer told it in advance: no call at its step boundaries, but where a notice not heard yet
+  could change what it does there (then it waits for the syncer to have handled every event up
+  to that instant); it sends its answers (the wire format's bytes and its report) and never
+  waits for a merge.
 - The syncer is an actor holding Θ, the outer optimizer states and `SyncerRuntime`, with a
   thread of its own for the timers (asks, grace deadlines, publishes) and the merges. At each
-  close it sends every learner up its reply (Θ_p, or its `down_bits` update).
+  close it sends every learner up a publish notice, and its reply (Θ_p, or its `down_bits`
+  update) once merged.
 - Failures are real: at the start of each of the `Cluster`'s failure windows, the driver
   kills the learner through Ray (`ray.kill`: its process, on whichever node it runs, also while
   it is still starting after an earlier kill), and logs the kill. Ray restarts the actor (a new
