@@ -37,7 +37,7 @@ from diloco_lite.algorithms import make_driver
 from diloco_lite.clock import Cluster, Link, Links, Timeline
 from diloco_lite.clock.plan import make_plan
 from diloco_lite.clock.recorder import FRESH
-from diloco_lite.clock.syncer import BOUNDARY, END, FAIL, REJOIN, RESPONSE
+from diloco_lite.clock.syncer import BOUNDARY, END, FAIL, PUBLISH, REJOIN, RESPONSE
 from diloco_lite.training import eval_points, setup
 from tests.helpers import max_abs_diff, tiny_run
 
@@ -134,10 +134,11 @@ def by_hand(cfg, hold_s: float = 0.0, peer_at_once: bool = True, lag: float = 0.
     while True:
         timer, event = due(rt.timers), due(heap)
         predicted = rt.roster.predicted_end  # (the syncer waits for the learners after it)
-        if event is None and (timer is None or rt.end is None and predicted is not None
-                              and timer[0] > predicted):
+        held = timer is not None and timer[1] != PUBLISH and rt.end is None \
+            and predicted is not None and timer[0] > max(predicted, rt.reached)
+        if event is None and (timer is None or held):
             break
-        if event is None or (timer is not None and timer < event):
+        if event is None or (timer is not None and timer < event and not held):
             rt.advance(timer[0], timer[1] + 1)  # the syncer's own timer
             merges(timer[0])
             continue
@@ -246,6 +247,12 @@ SCENARIOS = {
         cluster=Cluster(step_time_s=1.0, link=Link(latency_s=2.05),
                         failures=((1, 7.0, 10.0),)),
         workers=2, steps=40, fragments=1, overlap=0, quorum=2),
+    # the same, learner 1 back at 7.5 s, before the publish: its new process hears of the
+    # merge in flight with its rejoin (so it applies it, and answers the ask at 12 s)
+    "back_before_the_publish": dict(
+        cluster=Cluster(step_time_s=1.0, link=Link(latency_s=2.05),
+                        failures=((1, 6.5, 7.5),)),
+        workers=2, steps=20, fragments=1, overlap=0, quorum=2),
     # no peer up when learner 1 is back (2.5 s): a fresh inner optimizer state; learner 0
     # back at 3 s loads learner 1's
     "rejoin_alone_fresh": dict(cluster=Cluster(step_time_s=0.2,
@@ -269,6 +276,7 @@ EXPECT = {
     "link_failure_kM": dict(reloads=[(2, 0)]),
     # every ask (4, 12, 20, 28, 36 s) gets its outer step; the run ends at 42 s
     "fail_between_close_and_publish": dict(reloads=[(1, 0)], outer_steps=5),
+    "back_before_the_publish": dict(reloads=[(1, 0)], outer_steps=2),
     "rejoin_alone_fresh": dict(reloads=[(1, FRESH), (0, 1)]),
     "failure_at_the_end": dict(reloads=[], at_the_end=[(0, False)]),
 }
@@ -438,6 +446,40 @@ def test_an_answer_after_the_grace_deadline_is_too_late(arrives, merged):
     rt.advance(0.512 - 0.01)
     job = rt.next_merge()
     assert job.p == 0 and sorted(job.weights) == ([0, 1, 2] if merged else [0, 1])
+
+
+def test_a_learner_unsure_at_its_boundary_hears_everything_up_to_it():
+    """The race, by hand. K = M = 3, τ = 1, hold 10 ms: fragment 0 asked at 0.4 s; learners 0
+    and 1 answer then, learner 2's answer reaches the syncer at 0.59 s and closes the sync.
+    Learner 0, at its boundary at 0.6 s, has not heard the notice (it is sent when the syncer
+    handles that arrival, 10 ms later, and takes time to travel), but a publish by then would
+    be applied there: it asks (`until`). The syncer answers once it has handled every event up
+    to 0.6 s (at 0.61 s, once the merge is computed), with how many messages it has sent that
+    learner, the notice among them: learner 0 applies at 0.6 s, as on the simulated clock."""
+    cfg = decoupled()
+    rt, agents = runtime(cfg, hold_s=0.01)
+    for m in range(3):
+        answers_at(rt, agents, m, 0.2)
+    sent = [x for m in range(3) for x in answers_at(rt, agents, m, 0.4)]
+    for x in sent[:2]:
+        arrive(rt, x, 0.4)
+    arrive(rt, sent[2], 0.59)
+    rt.advance(0.59 - 0.01)  # the timers' thread at 0.59 s: the arrival waits out hold_s
+    assert agents[0].unsure(0.6) and rt.until(0, 0, 0.6) is None
+    rt.advance(0.6 - 0.01)  # at 0.6 s: the sync closes (0.59 s), not everything up to 0.6 s
+    assert rt.until(0, 0, 0.6) is None
+    rt.advance(0.61 - 0.01)  # (its publish waits for the merge)
+    assert rt.until(0, 0, 0.6) is None
+    job = rt.next_merge()  # the merge thread
+    rt.merged(job, rt.merge(job))
+    rt.advance(0.61 - 0.01)
+    count = rt.until(0, 0, 0.6)
+    assert count == len(rt.roster.heard[0])
+    notices = [(message, n) for m, message, _, _, n in rt.outbox if m == 0]
+    assert [n for _, n in notices] == list(range(count - len(notices) + 1, count + 1))
+    for message, _ in notices:
+        agents[0].hear(message)
+    assert agents[0].boundary(0.6, 0.0)[1] == [(0, 1)]
 
 
 def test_a_learner_killed_while_waiting_to_rejoin_never_takes_the_next_ones_state():
