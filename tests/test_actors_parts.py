@@ -172,14 +172,15 @@ def test_the_agent_asks_the_syncer_only_where_a_late_notice_could_change_its_bou
     Before the ask nothing can be due. At its 4th boundary (1.2 s) it answers, unless a publish
     came before: it asks the syncer. At 1.5 s nothing can be due. From 1.8 s the next ask could
     be due (one period after this one; its answer may have been left out of the merge, and then
-    it would answer it), and from its 7th boundary (4 + τ) a publish by then would be applied.
-    Having heard the notice (published at 1.1 s, before its 4th boundary: it does not answer;
-    the next ask at 1.8 s), it asks only where it answers that next ask (1.8 s) and where a
-    publish of it would be applied (its 6th boundary + τ)."""
+    it would answer it), and from its 7th boundary (4 + τ) a publish by then would be applied
+    (with a period of 1.2 s, only from there). Having heard the notice (published at 1.1 s,
+    before its 4th boundary: it does not answer; the next ask at 1.8 s), it asks only where it
+    answers that next ask (1.8 s) and where a publish of it would be applied (its 6th boundary
+    + τ)."""
     times = [round(0.3 * j, 9) for j in range(1, 11)]
 
-    def calls(messages):
-        agent = LearnerAgent(0, 1, 3, period_s=0.8)
+    def calls(messages, period=0.8):
+        agent = LearnerAgent(0, 1, 3, period_s=period)
         for message in messages:
             agent.hear(message)
         out = []
@@ -190,6 +191,7 @@ def test_the_agent_asks_the_syncer_only_where_a_late_notice_could_change_its_bou
         return out
 
     assert calls([("ask", 1.0, 0, 0)]) == [4, 6, 7, 8, 9, 10]
+    assert calls([("ask", 1.0, 0, 0)], period=1.2) == [4, 7, 8, 9, 10]  # next ask from 2.2 s
     assert calls([("ask", 1.0, 0, 0), ("publish", 1.1, 0, 0, False, 1.8)]) == [6, 9, 10]
 
 
