@@ -135,8 +135,10 @@ class SyncerRuntime(Rejoins, Merges):
         (`LearnerAgent.unsure`): once every event up to that instant is handled, the number of
         messages its process has been sent (it waits for them all); None before. (A step
         boundary before its stop: the run ends no earlier.)"""
-        if life != self.roster.life[m] or not self.up[m] or self.end is not None:
-            return len(self.roster.heard[m])  # (it has no decision left to wait for)
+        if life != self.roster.life[m] or not self.up[m]:
+            return 0  # a process the syncer holds as gone: nothing to wait for
+        if self.end is not None:
+            return len(self.roster.heard[m])  # (no event left to handle)
         self.reached = max(self.reached, t)
         return len(self.roster.heard[m]) if self.decided >= (t, FAIL) else None
 
