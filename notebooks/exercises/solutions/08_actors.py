@@ -63,7 +63,8 @@ from diloco_lite.exercises.actors import APPLY_CASES, KILL_LOG, KILL_ROW
 #
 # A learner never waits for a merge. The syncer asks for fragment p at time `ask_s`; each
 # learner answers at its next step boundary, and once the merge is published (`publish_s`) each
-# up learner applies it at a step boundary of its own, by the rule of `actors/syncer.py`:
+# up learner applies it at a step boundary of its own, by the rule of `clock/learner_side.py`
+# (which each learner process runs itself: `actors/agent.py`):
 #
 # - let **f** be the learner's first step boundary **at or after** the ask (a boundary at the
 #   very instant of the ask comes after it), counted as its steps done there: 1 for its first
