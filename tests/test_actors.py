@@ -52,8 +52,11 @@ def test_the_real_failure_windows_come_from_the_logged_kills():
 
 # ---- on Ray --------------------------------------------------------------------------------------
 
-needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
-                               reason="the actor runtime's tests need Ray (the cluster extra)")
+def needs_ray(test):
+    """Skipped without Ray (the cluster extra); `slow`: a Ray cluster of several processes."""
+    return pytest.mark.slow(pytest.mark.skipif(
+        importlib.util.find_spec("ray") is None,
+        reason="the actor runtime's tests need Ray (the cluster extra)")(test))
 
 
 def ray_processes(wait_s: float = 20.0) -> list:
