@@ -43,7 +43,8 @@ test: $(STAMP)
 
 ## make test-colab: Colab's jax/flax/numpy/pandas/altair, the project installed --no-deps;
 ## the unit tests (on 8 emulated devices, less the pins check and the `slow` ones: processes,
-## Ray clusters, the testbed and whole exercise notebooks, which make test runs) and the quick
+## Ray clusters, the testbed, whole exercise notebooks, the reference against the library;
+## make test runs them) and the quick
 ## notebooks with all workers vmapped on ONE device, as on a one-chip Colab GPU/TPU runtime
 ## (Colab's CPU runtime, 8 emulated devices, is the unit tests' layout)
 $(COLAB_STAMP): pyproject.toml
