@@ -12,6 +12,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -74,10 +75,16 @@ def ray_processes(wait_s: float = 20.0) -> list:
         time.sleep(0.5)
 
 
+OWNER = f"DILOCO_LITE_TEST_OWNER={os.getpid()}"  # inherited by every process this one starts
+os.environ["DILOCO_LITE_TEST_OWNER"] = str(os.getpid())
+
+
 def our_processes() -> list[tuple[int, str, str]]:
     """(pid, stat, args) of the processes this test process started: its descendants, and the
-    orphans (adopted by init) born since it started. Another project's Ray on the same machine
-    is none of this test's business, and must never be killed by it."""
+    orphans (adopted by init) whose environment carries `OWNER` (Ray's daemons and workers
+    inherit it; where /proc cannot tell, the orphans born since this process started). Another
+    project's Ray on the same machine is none of this test's business, and must never be
+    killed by it."""
     out = subprocess.run(["ps", "-eo", "pid,ppid,etimes,stat,args"], capture_output=True,
                          text=True).stdout.splitlines()[1:]
     rows = {int(r[0]): r for r in (line.split(None, 4) for line in out) if len(r) == 5}
@@ -90,9 +97,19 @@ def our_processes() -> list[tuple[int, str, str]]:
             if int(r[1]) in mine and pid not in mine:
                 mine.add(pid)
                 found = True
-    mine |= {pid for pid, r in rows.items() if r[1] == "1" and int(r[2]) <= born}
+    mine |= {pid for pid, r in rows.items() if r[1] == "1" and _owned(pid, int(r[2]) <= born)}
     return [(pid, r[3], r[4]) for pid, r in rows.items()
             if pid in mine and pid != me and "ps -eo" not in r[4]]
+
+
+def _owned(pid: int, born_since: bool) -> bool:
+    """Whether orphan `pid` was started by this test process (its environment says so)."""
+    if not Path("/proc/self/environ").exists():  # no /proc: tell by its age
+        return born_since
+    try:
+        return OWNER.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:  # gone, or another user's
+        return False
 
 
 @needs_ray
