@@ -75,8 +75,9 @@ def ray_processes(wait_s: float = 20.0) -> list:
         time.sleep(0.5)
 
 
-OWNER = f"DILOCO_LITE_TEST_OWNER={os.getpid()}"  # inherited by every process this one starts
-os.environ["DILOCO_LITE_TEST_OWNER"] = str(os.getpid())
+# a mark every process this one starts inherits (a script it runs that imports this module too)
+os.environ.setdefault("DILOCO_LITE_TEST_OWNER", str(os.getpid()))
+OWNER = f"DILOCO_LITE_TEST_OWNER={os.environ['DILOCO_LITE_TEST_OWNER']}"
 
 
 def our_processes() -> list[tuple[int, str, str]]:
