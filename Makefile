@@ -42,7 +42,11 @@ test: $(STAMP)
 	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q --durations=0 --nbmake --nbmake-timeout=900 notebooks/*.ipynb
 
 ## make test-colab: Colab's jax/flax/numpy/pandas/altair, the project installed --no-deps;
-## the unit tests (less the pins check) and the quick notebooks
+## the unit tests (on 8 emulated devices, less the pins check and the `slow` ones: processes,
+## Ray clusters, the testbed, whole exercise notebooks, the reference against the library;
+## make test runs them) and the quick notebooks but 07 and 08 with all workers vmapped on ONE
+## device, as on a one-chip Colab GPU/TPU runtime (Colab's CPU runtime, 8 emulated devices, is
+## the unit tests' layout)
 $(COLAB_STAMP): pyproject.toml
 	test -x $(COLAB_PY) || $(COLAB_PYTHON) -m venv $(COLAB_VENV)
 	$(COLAB_PY) -m pip install -q --upgrade pip
@@ -57,14 +61,18 @@ test-colab: $(COLAB_STAMP)
 		'altair', altair.__version__)"
 	# the tests import the INSTALLED package: run them from a folder outside the source tree
 	mkdir -p $(COLAB_VENV)/run && ln -sfn $(CURDIR)/tests $(COLAB_VENV)/run/tests
-	printf '[pytest]\naddopts = -ra\n' > $(COLAB_VENV)/run/pytest.ini
-	cd $(COLAB_VENV)/run && ../bin/python -m pytest -q -p no:cacheprovider tests \
+	printf '[pytest]\naddopts = -ra\nmarkers =\n    slow: make test runs them\n' \
+		> $(COLAB_VENV)/run/pytest.ini
+	cd $(COLAB_VENV)/run && ../bin/python -m pytest -q -p no:cacheprovider tests -m "not slow" \
 		--deselect tests/test_packaging.py::test_environment_yml_matches_pyproject
-	# its own run cache: the notebooks must train under Colab's jax, not reload our runs
-	DILOCO_LITE_QUICK=1 DILOCO_LITE_RUNS_DIR=$(COLAB_VENV)/runs $(COLAB_PY) -m pytest -q \
-		-p no:cacheprovider --nbmake --nbmake-timeout=900 notebooks/*.ipynb
+	# its own run cache: the notebooks must train under Colab's jax, not reload our runs; 07 and
+	# 08 (processes over links, Ray actors: a third of the time) run in make test, on the same Ray
+	DILOCO_LITE_QUICK=1 DILOCO_LITE_DEVICES=1 DILOCO_LITE_RUNS_DIR=$(COLAB_VENV)/runs \
+		$(COLAB_PY) -m pytest -q -p no:cacheprovider --durations=0 --nbmake \
+		--nbmake-timeout=900 $(filter-out notebooks/07_% notebooks/08_%,$(wildcard notebooks/*.ipynb))
 
-## make test-1dev: the quick notebooks with all workers vmapped on ONE device (a 1-chip Colab)
+## make test-1dev: the quick notebooks and the exercise notebooks with all workers vmapped on
+## ONE device, on this venv's stack (not in CI: test-colab runs the notebooks that way)
 test-1dev: $(STAMP)
 	DILOCO_LITE_QUICK=1 DILOCO_LITE_DEVICES=1 DILOCO_LITE_RUNS_DIR=$(VENV)/runs-1dev \
 		$(PY) -m pytest -q --nbmake --nbmake-timeout=900 notebooks/*.ipynb

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -145,7 +147,11 @@ show(Run.close_if_done)
 #    \Delta = r \, \frac{u}{\lVert u \rVert}, $$
 #
 # (the embeddings, whose rows only some tokens touch, by the weighted mean), then the outer
-# Nesterov step of notebook 02 moves Θ_p. The next ask is the first scheduled one after now.
+# Nesterov step of notebook 02 moves Θ_p. The syncer sends the new Θ_p (in b bits) to each
+# learner that is up, one copy after the other through its own link: it is **published** when the
+# last copy has arrived. That message is also how the learners hear that the sync is closed: an
+# answer sent before it arrives is booked but left out. The next ask is the first scheduled one
+# after now.
 
 # %%
 show(reference.common.rda)

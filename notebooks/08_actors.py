@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -41,7 +43,7 @@
 # | its pace | the `Cluster`'s step times, simulated | the same step times, really waited out (a step computes, then sleeps the rest) |
 # | the syncer | a loop over an event queue | an actor: Θ, the outer optimizer, its own timers and a merge thread |
 # | an answer (Δ) | an array on the mesh | the wire format's bytes, through Ray's object store |
-# | a failure | the clock skips the learner | its process gets `SIGKILL`; Ray starts a new one |
+# | a failure | the clock skips the learner | Ray kills its process (`ray.kill`) and starts a new one |
 # | who decides | `SyncerState` | the same `SyncerState` |
 #
 # A learner never waits for a merge, and at most **step boundaries** it does not talk to the
@@ -179,9 +181,9 @@ display(pd.DataFrame({"on actors": real.final[columns], "simulated clock": sim.f
 # - On the **simulated clock** learner 1 simply stops at 1.1 s; the syncer knows at once, and
 #   the learner is back at 4.05 s, where it reloads Θ and a healthy peer's inner optimizer
 #   state.
-# - On **actors**, at 1.1 s the driver sends learner 1's process `SIGKILL`. The syncer does not
-#   know: it keeps asking, waits out its grace window for an answer that will never come, and
-#   merges the others'. Ray notices the death a little later and says so; the syncer then
+# - On **actors**, at 1.1 s the driver kills learner 1's process through Ray (`ray.kill`).
+#   The syncer does not know: it keeps asking, waits out its grace window for an answer that
+#   will never come, and merges the others'. Ray notices the death a little later and says so; the syncer then
 #   leaves learner 1 out of every quorum, and Ray starts a new process. That process waits
 #   until 4.05 s *if it is ready by then*, and rejoins.
 #

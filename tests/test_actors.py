@@ -12,6 +12,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -52,8 +53,11 @@ def test_the_real_failure_windows_come_from_the_logged_kills():
 
 # ---- on Ray --------------------------------------------------------------------------------------
 
-needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
-                               reason="the actor runtime's tests need Ray (the cluster extra)")
+def needs_ray(test):
+    """Skipped without Ray (the cluster extra); `slow`: a Ray cluster of several processes."""
+    return pytest.mark.slow(pytest.mark.skipif(
+        importlib.util.find_spec("ray") is None,
+        reason="the actor runtime's tests need Ray (the cluster extra)")(test))
 
 
 def ray_processes(wait_s: float = 20.0) -> list:
@@ -71,10 +75,17 @@ def ray_processes(wait_s: float = 20.0) -> list:
         time.sleep(0.5)
 
 
+# a mark every process this one starts inherits (a script it runs that imports this module too)
+os.environ.setdefault("DILOCO_LITE_TEST_OWNER", str(os.getpid()))
+OWNER = f"DILOCO_LITE_TEST_OWNER={os.environ['DILOCO_LITE_TEST_OWNER']}"
+
+
 def our_processes() -> list[tuple[int, str, str]]:
     """(pid, stat, args) of the processes this test process started: its descendants, and the
-    orphans (adopted by init) born since it started. Another project's Ray on the same machine
-    is none of this test's business, and must never be killed by it."""
+    orphans (adopted by init) whose environment carries `OWNER` (Ray's daemons and workers
+    inherit it; where /proc cannot tell, the orphans born since this process started). Another
+    project's Ray on the same machine is none of this test's business, and must never be
+    killed by it."""
     out = subprocess.run(["ps", "-eo", "pid,ppid,etimes,stat,args"], capture_output=True,
                          text=True).stdout.splitlines()[1:]
     rows = {int(r[0]): r for r in (line.split(None, 4) for line in out) if len(r) == 5}
@@ -87,9 +98,19 @@ def our_processes() -> list[tuple[int, str, str]]:
             if int(r[1]) in mine and pid not in mine:
                 mine.add(pid)
                 found = True
-    mine |= {pid for pid, r in rows.items() if r[1] == "1" and int(r[2]) <= born}
+    mine |= {pid for pid, r in rows.items() if r[1] == "1" and _owned(pid, int(r[2]) <= born)}
     return [(pid, r[3], r[4]) for pid, r in rows.items()
             if pid in mine and pid != me and "ps -eo" not in r[4]]
+
+
+def _owned(pid: int, born_since: bool) -> bool:
+    """Whether orphan `pid` was started by this test process (its environment says so)."""
+    if not Path("/proc/self/environ").exists():  # no /proc: tell by its age
+        return born_since
+    try:
+        return OWNER.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:  # gone, or another user's
+        return False
 
 
 @needs_ray

@@ -32,6 +32,7 @@ def identity_configs():
             tiny_run(dl.DecoupledDiLoCo(inner_steps=4, fragments=2), steps=8, cluster=CHAOS)]
 
 
+@pytest.mark.slow
 def test_every_method_is_the_same_on_two_processes():
     """One launch runs the four methods in sequence (one start-up and gloo rendezvous); each
     result matches the same config trained here, on one process of 8 devices: final
@@ -62,6 +63,7 @@ def dies_in_process_1():
     return tiny_run(dl.DDP(), steps=100_000, eval_every=100_000)
 
 
+@pytest.mark.slow
 def test_a_process_that_dies_takes_the_launch_down_at_once():
     start = time.monotonic()
     with pytest.raises(LaunchError, match=r"process 1 of 2 exited with code -9"):

@@ -386,6 +386,7 @@ def _check_lines(notebook: Path) -> tuple[list[str], list[str]]:
     return lines, errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(p.name for p in EXERCISES.glob("*.ipynb")))
 def test_notebook_solutions_pass_and_blanks_fail_with_their_hints(name):
     solved, errors = _check_lines(EXERCISES / "solutions" / name)

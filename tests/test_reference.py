@@ -19,6 +19,9 @@ from tests.helpers import (
     tiny_run,
 )
 
+# slow: two implementations of our own rules compared, over two minutes in all; make test runs
+# them (the Colab lane checks the library on Colab's stack through the other tests)
+pytestmark = pytest.mark.slow
 D = dl.DecoupledDiLoCo
 ADAMW = dict(inner_optimizer=None, learning_rate=3e-3, warmup_steps=3)  # stateful: peers matter
 

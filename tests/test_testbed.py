@@ -82,6 +82,7 @@ def test_without_namespaces_it_falls_back_to_loopback_and_says_so(monkeypatch, c
     assert "ip and tc not found" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_ddp_bytes_on_the_wire_are_the_booked_bytes_times_the_ring_factor():
     """2 hosts × 1 device, 8 DDP steps of the default model on 200 Mbit/s links: each host
