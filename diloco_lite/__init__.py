@@ -48,6 +48,7 @@ _EXPORTS = {
     "collective_bytes": "comm",
     "build_model": "model",
     "count_params": "model",
+    "scaling_results": "experiments.scaling_report",
 }
 
 __all__ = sorted(_EXPORTS)

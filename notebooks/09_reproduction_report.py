@@ -55,7 +55,6 @@ import pandas as pd
 from IPython.display import Image, Markdown, display
 
 from diloco_lite import paths
-from diloco_lite.experiments import scaling
 
 figures = paths.figures_dir(quick=False)  # the committed full-run results, in every mode
 if not (figures / "results.json").exists() and "google.colab" in sys.modules:
@@ -220,9 +219,9 @@ say(f"After the shared pre-training, DiLoCo ends "
 # seeds, gaps paired by seed, and cause checks where a finding fails.
 
 # %%
-paper = pd.DataFrame(scaling.PAPER_LOSS_VS_DP_PCT).T.rename(columns="M={}".format)
+sweep = dl.scaling_results(figures)
+paper = pd.DataFrame(sweep["paper"]).T.rename(columns="M={}".format)
 display(paper.style.format("{:+.1f}%").set_caption("the paper (Table 4): loss vs DP (%)"))
-sweep = scaling.committed(figures)
 if len(sweep["gaps"]):
     display(sweep["gaps"].pivot_table(index=["size", "batch"], columns="M", values="gap_pct",
                                       sort=False).style.format("{:+.2f}%", na_rep="")

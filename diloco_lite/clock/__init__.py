@@ -232,7 +232,7 @@ class Timeline:
 class Links:
     """The per-host links of Decoupled DiLoCo's messages (module docstring): hosts 0 (the
     syncer) to `learners`, each with its own `link`. `send` books a message and returns when it
-    arrives; `peek` says when it would, booking nothing."""
+    arrives; `fan_out` the syncer's copies of one."""
 
     def __init__(self, link: Link, learners: int):
         self.link = link
@@ -244,10 +244,6 @@ class Links:
         end = max(t, self.tx[a], self.rx[b]) + self.link.busy_s(nbytes)
         self.tx[a] = self.rx[b] = end
         return end + self.link.latency_s
-
-    def peek(self, a: int, b: int, nbytes: float, t: float) -> float:
-        """`send`'s arrival, without booking the message."""
-        return max(t, self.tx[a], self.rx[b]) + self.link.busy_s(nbytes) + self.link.latency_s
 
     def fan_out(self, to, nbytes: float, t: float, *, book: bool = True) -> list[float]:
         """The syncer's copies of one message to learners `to`, one after the other in that

@@ -1,7 +1,8 @@
 """One learner's side of Decoupled DiLoCo: what it does at its step boundaries, from what it has
-heard. One copy of these rules for both clocks: the simulated clock's `LearnerRules` holds one
-`LearnerSide` per learner, and on the actor runtime each learner's process runs its own
-(`actors.ray_actors`), so that it never has to ask the syncer what to do at a step boundary.
+heard. One copy of these rules for both clocks: `LearnerRules` holds one `LearnerSide` per
+learner, on the simulated clock and in the actor runtime's syncer (`actors.syncer`, which each
+learner asks at its step boundaries). The rules need only what the learner has heard, so a
+learner's own process could run them instead.
 
 What a learner hears, and when (docs/algorithms.md §4):
 

@@ -277,3 +277,10 @@ def committed(figures_dir=None) -> dict[str, pd.DataFrame]:
                              "evidence": [t[0] for t in text],
                              "cause": [t[1] if len(t) > 1 else "" for t in text]})
     return {"gaps": gaps, "findings": findings}
+
+
+def scaling_results(figures_dir=None) -> dict:
+    """What a report shows of the scaling-law sweep without training it (public: `dl.`): the
+    sweep as last committed (`committed`: `gaps`, `findings`) and the paper's Table 4
+    (`paper`: size → {M: loss vs DP, %})."""
+    return {**committed(figures_dir), "paper": PAPER_LOSS_VS_DP_PCT}
