@@ -290,3 +290,33 @@ def test_how_late_a_learner_came_is_a_plain_sum():
     early = 2.0 + timeline.duration(1, 7) - 0.05
     assert late_s([early], timeline, 1, first=7, start=2.0) == 0.0
     assert late_s([], timeline, 1) == 0.0
+
+
+# ---- actors.roster ------------------------------------------------------------------------------
+
+
+def test_a_learner_killed_twice_before_its_death_is_heard_stopped_at_the_first_kill():
+    """Issue 30: learner 1 is killed at 0.62 s, and again at 1.617 s (its next failure window
+    began while its new process was still starting); the syncer hears of the death only at
+    2.06 s. What it did after its last report ends at the first kill: its steps at 0.2, 0.4 and
+    0.6 s, not those up to the second (the answers they would carry were never sent). Its next
+    process, back at position 3 at 10 s and killed at 12.05 s, is booked to the kill of its own
+    life, not to an earlier one's."""
+    from diloco_lite.actors.roster import Roster
+
+    timeline = Timeline(Cluster(step_time_s=0.2), 2)
+    roster = Roster(timeline, fragments=1, tau=0, budget=200, outbox=[])
+    roster.started(1, [])
+    roster.killed(1, 0.62, now=0.62, for_good=False)
+    roster.killed(1, 1.617, now=1.617, for_good=False)
+    lost = roster.failed(1, 2.06, now=2.06, reported=[])
+    by_hand = [0.2 * (j + 1) for j in range(3)]  # every step that ended by 0.62 s
+    assert [e[1] for e in lost] == pytest.approx(by_hand)
+    assert [e[2] for e in lost] == [1, 2, 3]
+    assert roster.last[1] == (3, pytest.approx(0.6))
+    roster.started(1, [], k=3, t=10.0, now=10.0)
+    roster.killed(1, 12.05, now=12.05, for_good=False)
+    lost = roster.failed(1, 13.0, now=13.0, reported=[])
+    by_hand = [10.0 + 0.2 * (j + 1) for j in range(10)]  # 10.2 ... 12.0 s
+    assert [e[1] for e in lost] == pytest.approx(by_hand)
+    assert roster.last[1] == (13, pytest.approx(12.0))

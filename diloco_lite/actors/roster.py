@@ -51,6 +51,7 @@ class Roster:
         (its stop is added); returns them (the messages sent to it later are numbered from there
         on: `send`)."""
         self.starts[m] = (k, list(versions) if versions is not None else [0] * self.P, t)
+        self.killed_at.pop(m, None)  # (a kill while it was down)
         if t > -math.inf:
             self.restop(m, (k, t), now)
         self.heard[m] = list(messages) + [("stop", self.stop[m])]
@@ -63,17 +64,21 @@ class Roster:
         self.predicted_end = self._predicted_end()
 
     def killed(self, m: int, t: float, now: float, for_good: bool) -> None:
-        """The driver killed learner m at t: it takes no more steps."""
-        self.killed_at[m] = t
+        """The driver killed learner m at t: it takes no more steps. A kill before the syncer
+        heard of the last one's death (a new process still starting, killed again) changes
+        nothing here: the process it knew stopped at the first."""
         if for_good:
             self.gone.add(m)
+        if m in self.killed_at:
+            return
+        self.killed_at[m] = t
         self.restop(m, (self.position(m, t)[0], None), now)
 
     def failed(self, m: int, t: float, now: float, reported: list) -> list:
         """Learner m's process died (heard of at t): what it did after its last report (its
         reported steps since its process began: `reported`)."""
         self.final.pop(m, None)
-        lost = self.lost_report(m, self.killed_at.get(m, t), reported)
+        lost = self.lost_report(m, self.killed_at.pop(m, t), reported)
         self.life[m] += 1
         self.restop(m, (self.last[m][0], None), now)
         return lost
@@ -95,7 +100,8 @@ class Roster:
         for _, t, _, loss in reported:
             shadow.boundary(t, loss)
         shadow.take_report()
-        for _, t in steps_until(self.timeline, m, self.last[m], kill):
+        since = max(self.last[m], (k, self.starts[m][2]), key=lambda a: a[1])  # (or it began)
+        for _, t in steps_until(self.timeline, m, since, kill):
             if shadow.stopped:
                 break
             shadow.boundary(t, math.nan)
