@@ -22,11 +22,13 @@ def main(argv=None) -> int:
                          "table (cached: an interrupted run resumes)")
     rep.add_argument("--quick", action="store_true",
                      help="shrink steps (as DILOCO_LITE_QUICK=1); figures go to figures/quick/")
-    rep.add_argument("--only", default="training,bandwidth,goodput,links,actors",
+    rep.add_argument("--only", default="training,bandwidth,goodput,links,actors,versus",
                      help="comma-separated subset of: training, bandwidth, goodput, links (real "
                           "processes on throttled links: needs root and iproute2, else times "
                           "on loopback), actors (Decoupled DiLoCo on Ray actors against the "
-                          "simulated clock: needs Ray, else skipped)")
+                          "simulated clock: needs Ray, else skipped), versus (Decoupled DiLoCo "
+                          "against DDP over the testbed's slow links: needs Ray, root and "
+                          "iproute2, else skipped)")
     rep.add_argument("--groups", default=None,
                      help="comma-separated training groups to run (default: all but "
                           "'scaling', which has its own target: make reproduce-scaling, about "

@@ -33,7 +33,7 @@ import pandas as pd
 
 from . import __version__, paths, plots
 
-JOBS = ("training", "bandwidth", "goodput", "links", "actors")
+JOBS = ("training", "bandwidth", "goodput", "links", "actors", "versus")
 # A results row. `std` and `seeds` are set by the rows that average over seeds (the quality
 # table: value is then the mean, std the sample standard deviation); None elsewhere.
 COLUMNS = ("experiment", "method", "metric", "value", "std", "seeds", "published", "config",
@@ -310,10 +310,14 @@ def reproduce(*, quick: bool = False, only: tuple[str, ...] = JOBS, figures_dir=
             from .distributed import measure
 
             rows += measure.reproduce_job(figures_dir, quick)
-        else:  # Decoupled DiLoCo on Ray actors against the simulated clock (issue 18)
+        elif job == "actors":  # Decoupled DiLoCo on Ray actors against the simulated clock
             from .actors import measure as actors_measure
 
             rows += actors_measure.reproduce_job(figures_dir, quick)
+        else:  # Decoupled DiLoCo against DDP on the testbed's slow links
+            from .actors import versus
+
+            rows += versus.reproduce_job(figures_dir, quick)
         print(f"[reproduce] {job} done in {time.perf_counter() - start:.0f} s", flush=True)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     # a separate group that was not read keeps its rows (training_job said so)

@@ -149,7 +149,7 @@ def train(config: RunConfig, *, progress: bool = True, init_params=None, plan=No
     evaluate = make_evaluator(model, corpus, config)
     n_params = count_params(params)
 
-    rows, losses, diags, start = [], [], [], time.perf_counter()
+    rows, losses, diags, start, evaluating = [], [], [], time.perf_counter(), 0.0
     done = np.zeros(config.workers, int)
     # under jax.distributed (`diloco_lite.distributed`) every process runs this loop on its own
     # workers' batches; only process 0 evaluates (the others' rows hold NaN metrics)
@@ -172,10 +172,13 @@ def train(config: RunConfig, *, progress: bool = True, init_params=None, plan=No
             done += block.steps
             bar.update(done.sum() / config.workers - bar.n)
             if block.events and block.events[-1].kind == "eval":
+                began = time.perf_counter()
                 metrics = (evaluate(driver.global_params(state)) if lead
                            else dict.fromkeys(METRICS, np.nan))
-                rows.append({**block.events[-1].stats, **metrics,
-                             "wall_time_s": time.perf_counter() - start, "diags": diags})
+                evaluating += time.perf_counter() - began
+                now = time.perf_counter() - start
+                rows.append({**block.events[-1].stats, **metrics, "wall_time_s": now,
+                             "train_time_s": now - evaluating, "diags": diags})
                 diags = []
                 bar.set_postfix(val=f"{metrics['val_loss']:.3f}",
                                 acc=f"{metrics['val_accuracy']:.3f}")
@@ -250,7 +253,7 @@ COLUMNS = ["step", "tokens", "sim_time_s", "train_loss", "val_loss", "val_accura
            "comm_bytes", "down_bytes", "peak_step_bytes", "peak_gbps", "peak_down_gbps",
            "outer_steps",
            "syncer_wait_s", "goodput", "learner_steps", "useful_steps", "lost_steps",
-           "overlap_lost_steps", "failures", "complete", "wall_time_s"]
+           "overlap_lost_steps", "failures", "complete", "wall_time_s", "train_time_s"]
 
 
 def _block_batches(corpus, config: RunConfig, block, own=None):

@@ -21,7 +21,8 @@
 # > - **You will learn** to run Decoupled DiLoCo on real processes (Ray actors: one per learner,
 # > one for the syncer), to check that in the synchronous limit they give the simulated run's
 # > parameters, to kill a learner for real and read the run on a timeline beside the simulated
-# > clock's, to compute its goodput by hand, and to replay what happened on one device.
+# > clock's, to compute its goodput by hand, to replay what happened on one device, and to read
+# > the measured speed-up over DDP across slow links (the seeds' "20×").
 # > - **You need** notebook 04 (learners, the syncer, the quorum K, the grace window, token
 # > weights, RDA, τ; the simulated clock and its `Cluster`; goodput, section 5).
 # > - **Time:** quick ≈ 1 min; full ≈ 1.5 min.
@@ -100,6 +101,7 @@ dl.emulate_devices(8)  # first, before any other JAX work (the actors set up the
 # %%
 import dataclasses
 import math
+import os
 
 import jax
 import numpy as np
@@ -107,8 +109,10 @@ import pandas as pd
 from IPython.display import display
 
 from diloco_lite.actors import train_actors
+from diloco_lite import paths
 from diloco_lite.plots import actors as aplots
 from diloco_lite.plots import save
+from diloco_lite.plots import versus as vplots
 
 dl.enable_compilation_cache()  # each learner's process compiles its programs once, to disk
 QUICK = dl.quick_mode()  # DILOCO_LITE_QUICK=1: fewer steps and a smaller model, same code
@@ -374,7 +378,79 @@ display(per_learner)
 # None of this changes the algorithm: the same state machine decides, on the times it is
 # given. What it changes is those times, which is why the real runtime records what happened
 # (`result.plan`) rather than what should have.
+
+# %% [markdown]
+# ## 5. Over slow links: measured against DDP
 #
+# The seeds' headline is that Decoupled DiLoCo trains "more than 20× faster than
+# data-parallel" across slow links. `make reproduce` measures it at classroom scale (its
+# `versus` job, `diloco_lite.actors.versus`: about 15 minutes, and root, so this notebook
+# reads its committed table, `figures/versus.csv`):
+#
+# - **The testbed**: each learner (or DDP process) on its own *host*, a Linux network namespace
+#   behind a `tc` rate limit: every byte between hosts crosses a real throttled link. The
+#   syncer has a host of its own. Three link speeds: 100, 10 and 1 Mbit/s.
+# - **The same tokens, the same target loss**: both methods train the default model on the same
+#   batches; the target is the worse of their two final held-out losses, and each method's
+#   time to reach it is compared. Evaluations and compilation are left out of both clocks.
+# - **DDP** sends its whole gradient every step (a ring all-reduce: about 0.76 MB through each
+#   host's link). Its loss per step does not depend on the link, so its loss curve comes from
+#   one run on loopback and its seconds per step at each speed from a short run on the testbed.
+# - **Decoupled DiLoCo** (4-bit answers, P = 4 fragments, K = 1, the grace window, H = 40)
+#   runs in full at each speed, its learners' steps padded to 0.1 s. The syncer sends each
+#   merged fragment to every learner through its own link (M copies), as a **4-bit** outer
+#   update: for M = 4 that is half of one fp32 copy. The simulated clock charges the same copies.
+
+# %%
+versus_csv = paths.figures_dir(quick=False) / "versus.csv"
+if not versus_csv.exists() and "google.colab" in sys.modules:
+    # on Colab the package was installed without the repository: fetch its committed results
+    subprocess.run(["git", "clone", "-q", "--depth", "1", REPO, "/content/diloco_lite"],
+                   check=True)
+    os.environ["DILOCO_LITE_HOME"] = "/content/diloco_lite"
+    versus_csv = paths.figures_dir(quick=False) / "versus.csv"
+versus = pd.read_csv(versus_csv)
+shown = pd.DataFrame({
+    "link (Mbit/s)": versus.gbit_per_s * 1e3,
+    "DDP s/step": versus.ddp_s_per_step,
+    "DDP steps to the target": versus.ddp_steps,
+    "DDP s to the target": versus.ddp_s,
+    "Decoupled s to the target": versus.dec_s,
+    "speed-up, measured": versus.speedup,
+    "speed-up, simulated": versus.sim_speedup,
+    "wire / booked, up": versus.up_wire / (versus.up_booked + versus.up_control),
+    "wire / booked, down": versus.down_wire / (versus.down_booked + versus.down_control),
+}).set_index("link (Mbit/s)")
+display(shown)
+vplots.speedup_chart(versus)
+
+# %%
+slow, fast = versus.iloc[versus.gbit_per_s.argmin()], versus.iloc[versus.gbit_per_s.argmax()]
+print(f"at {slow.gbit_per_s * 1e3:g} Mbit/s: {slow.speedup:.1f}× measured, "
+      f"{slow.sim_speedup:.1f}× simulated (measured / simulated = "
+      f"{slow.speedup / slow.sim_speedup:.2f})")
+print(f"at {fast.gbit_per_s * 1e3:g} Mbit/s: {fast.speedup:.2f}× measured, "
+      f"{fast.sim_speedup:.2f}× simulated")
+
+# %% [markdown]
+# Read the figure from the right. On fast links DDP is compute-bound: its exchange costs
+# little, it reaches the target in fewer steps (one large batch per step, no drift), and
+# Decoupled DiLoCo is slower. As the link slows, each DDP step waits for its gradient to cross
+# the link, while the learners keep stepping and send a 4-bit fragment every few seconds.
+#
+# **What the wire carried.** Each learner host's interface counters are set beside the bytes
+# the run booked (its answers up, its replies down) plus the *control traffic*: every Ray call
+# costs about a kilobyte each way (measured on the testbed with empty calls:
+# `actors.hosts.call_bytes`), the nodes exchange heartbeats (about 1 kB/s), and TCP adds its
+# headers and ACKs. The last two columns of the table are wire ÷ (booked + control).
+#
+# **Where the model and the testbed part.** The simulated clock charges DDP its compute, then
+# its exchange, one after the other. On this 2-core machine four DDP processes share the CPUs,
+# so while some wait on the network the others compute: on the fastest link the measured DDP
+# steps are barely slower than on loopback, faster than the clock's sum. On slow links the
+# exchange dominates and the two agree.
+
+# %% [markdown]
 # ## Try it
 #
 # - Kill two learners at once (`failures=((1, 1.1, 4.05), (2, 1.5, 3.0))`). With K = 2, while
@@ -397,6 +473,9 @@ display(per_learner)
 #   cluster could have done in the elapsed time; a longer downtime lowers it.
 # - The real runtime records what happened (`result.plan`); replaying it gives the actors'
 #   parameters, which is how the tests check the runtime.
+# - Over slow links the speed-up over DDP is about the ratio of DDP's exchange to a learner's
+#   step, discounted by the extra steps Decoupled DiLoCo needs to reach the same loss: below 1×
+#   where DDP is compute-bound, past 20× at 1 Mbit/s, measured and simulated alike.
 #
 # ## Check yourself
 #
@@ -416,6 +495,12 @@ display(per_learner)
 #    <details><summary>Answer</summary>The plan records who answered which fragment at which of
 #    its steps, every merge's weights and every apply: the same run, with the library's
 #    arithmetic. The simulated run is another run, whose merges hold other learners.</details>
+# 4. Predict from section 5's table: at 0.5 Mbit/s, would the speed-up over DDP double?
+#    <details><summary>Answer</summary>DDP's steps would take about twice as long, so its time
+#    to the target doubles. Decoupled DiLoCo's would not change as long as its links keep up,
+#    but at 0.5 Mbit/s the syncer's link would carry the M copies of a round in about all of H
+#    steps: the learners would fall behind the syncer's clock and be asked more often, which
+#    costs more bytes still. A larger H (or fewer down-link bits) restores the slack.</details>
 
 # %% [markdown]
 # ## Exercises

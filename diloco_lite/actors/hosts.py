@@ -83,39 +83,104 @@ def train_on_testbed(config, bed, **kw):
         return train_actors(config, **kw)
     check(bed.hosts == config.workers + 1, "Testbed.hosts", bed.hosts,
           f"RunConfig.workers + 1 = {config.workers + 1} (the syncer's host and one per learner)")
-    from ray import cloudpickle  # optax's optimizers are closures: plain pickle refuses them
+    return _in_host0(bed, ("train", config, kw))
+
+
+def call_bytes(bed, calls: int = 200) -> dict:
+    """What one Ray call between host 1 and host 0 of `bed` (an entered `Testbed`) puts on host
+    1's wire, beside its payload: "up" a call host 1 makes (a learner's answer, report or
+    `until`), "down" one host 0 makes (the syncer's messages), each as the bytes host 1 sent
+    ("tx") and received ("rx"), with Ray's reports of the calls (task events) and the TCP
+    segments' headers and ACKs; and "idle_tx", "idle_rx": host 1's bytes per second with no call
+    (the nodes' heartbeats and resource reports). Measured with `calls` empty calls each way."""
+    return _in_host0(bed, ("calls", calls))
+
+
+def _train(config, kw, hosts: int):
+    """`train_on_testbed`, inside host 0."""
+    from ..distributed.testbed import host_counters
+    from .runtime import train_actors
+
+    return train_actors(config, placement=True, meter=lambda: host_counters(hosts), **kw)
+
+
+def _probe_calls(calls: int, hosts: int) -> dict:
+    """`call_bytes`, inside host 0."""
+    import time
+
+    import ray
+
+    from ..distributed.testbed import host_counters
+
+    @ray.remote(num_cpus=0)
+    class Peer:
+        def ping(self):
+            return None
+
+        def call(self, other, n):
+            for _ in range(n):
+                ray.get(other.ping.remote())
+
+    a = Peer.options(resources={"host0": 1}).remote()
+    b = Peer.options(resources={"host1": 1}).remote()
+    ray.get(a.call.remote(b, 10))  # both started, their paths warm (one at a time: a call
+    ray.get(b.call.remote(a, 10))  # holds its actor's thread while it waits)
+    out, settle = {}, 3.0  # Ray reports a worker's task events once a second
+    for way, caller, callee in (("up", b, a), ("down", a, b)):
+        time.sleep(settle)
+        before, t = host_counters(hosts)[1], time.time()
+        ray.get(caller.call.remote(callee, calls))
+        time.sleep(settle)
+        after, dt = host_counters(hosts)[1], time.time() - t
+        out[way] = {k: (after[f"{k}_bytes"] - before[f"{k}_bytes"]) for k in ("tx", "rx")}
+        out[way]["s"] = dt
+    before, t = host_counters(hosts)[1], time.time()
+    time.sleep(10.0)
+    after, dt = host_counters(hosts)[1], time.time() - t
+    for k in ("tx", "rx"):
+        out[f"idle_{k}"] = (after[f"{k}_bytes"] - before[f"{k}_bytes"]) / dt
+    for way in ("up", "down"):
+        for k in ("tx", "rx"):
+            out[way][k] = (out[way][k] - out[f"idle_{k}"] * out[way]["s"]) / calls
+        del out[way]["s"]
+    return out
+
+
+def _in_host0(bed, job):
+    """Run `job` in a driver inside host 0, connected to a Ray node on each host; its result."""
+    from ray import cloudpickle
 
     with tempfile.TemporaryDirectory(prefix="diloco_lite-actors-") as tmp:
-        job, out = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
-        job.write_bytes(cloudpickle.dumps((config, kw, f"{bed.address(0)}:{PORT}")))
+        path, out = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
+        path.write_bytes(cloudpickle.dumps((job, f"{bed.address(0)}:{PORT}")))
         try:
             start_nodes(bed)
-            run = subprocess.run(bed.command(0, [sys.executable, "-m", __name__, str(job),
+            run = subprocess.run(bed.command(0, [sys.executable, "-m", __name__, str(path),
                                                  str(out), str(bed.hosts)]),
                                  env=_env(), cwd=os.getcwd(), capture_output=True, text=True)
         finally:
             stop_nodes(bed)
         if run.returncode != 0 or not out.exists():
-            raise RuntimeError(f"the actor run on the testbed failed:\n{run.stderr[-3000:]}")
+            raise RuntimeError(f"the run on the testbed failed:\n{run.stderr[-3000:]}")
         return cloudpickle.loads(out.read_bytes())
 
 
 def _main(job: str, out: str, hosts: str) -> int:
-    """The driver, inside host 0: connect to the testbed's Ray cluster and run."""
+    """The driver, inside host 0: connect to the testbed's Ray cluster and run the job."""
     from ..devices import emulate_devices
 
     emulate_devices(1)
     import ray
     from ray import cloudpickle
 
-    from ..distributed.testbed import host_counters
-    from .runtime import train_actors
-
-    config, kw, address = cloudpickle.loads(Path(job).read_bytes())
+    (kind, *args), address = cloudpickle.loads(Path(job).read_bytes())
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     try:
-        result = train_actors(config, placement=True, meter=lambda: host_counters(int(hosts)),
-                              **kw)
+        if kind == "calls":
+            result = _probe_calls(*args, int(hosts))
+        else:
+            config, kw = args
+            result = _train(config, kw, int(hosts))
     finally:
         ray.shutdown()
     Path(out).write_bytes(cloudpickle.dumps(result))

@@ -148,72 +148,6 @@ def measure(learners: int = 4, steps: int = 240, inner_steps: int = 20,
     return table
 
 
-def versus_ddp(learners: int = 4, steps: int = 40, gbit_per_s: float = 0.01,
-               inner_steps: int = 10, step_time_s: float = 0.1) -> dict:
-    """The classroom-scale, measured version of "Decoupled DiLoCo over slow links": on the
-    testbed (`learners` + 1 hosts behind `gbit_per_s` links), DDP on `learners` processes
-    (`distributed.launch`) and Decoupled DiLoCo on actors (`hosts.train_on_testbed`), the same
-    tokens; the wall-clock each takes to reach the same held-out loss (the worse of the two
-    final losses), compilation left out, against the simulated clock's prediction for the same
-    configs (DDP's with the compute time its run measured: its processes step at their own
-    speed, the learners at their padded one); and each learner host's bytes on the wire against
-    the booked bytes.
-
-    The learners' step time must not be shorter than what a step really takes (here about
-    0.04–0.08 s: 4 learner processes of the default model on 2 cores): the syncer asks on the
-    reference clock, so learners running behind it would be asked every few of their steps
-    (a measured 0.02 s gave 5–10 syncs per H steps, a saturated link and a diverging run)."""
-    from ..clock import Link
-    from ..config import DDP
-    from ..distributed.launch import launch
-    from ..distributed.testbed import Testbed
-    from ..training import train
-    from .hosts import train_on_testbed
-
-    link = Link(gbit_per_s=gbit_per_s)
-    cluster = Cluster(step_time_s=step_time_s, link=link)
-    base = RunConfig(workers=learners, steps=steps, eval_every=max(1, steps // 8),
-                     eval_batches=2, cluster=cluster)
-    ddp_cfg = dataclasses.replace(base, algorithm=DDP())
-    dec_cfg = dataclasses.replace(base, algorithm=DecoupledDiLoCo(
-        inner_steps=inner_steps, fragments=4, overlap=2, bits=4, quorum=1, grace_safety=0.5))
-    with Testbed(learners + 1, link, quiet=True) as bed:
-        emulated = bed.emulated
-        [ddp] = launch(ddp_cfg, processes=learners, devices_per_process=1, testbed=bed,
-                       echo=False, timeout_s=1800)
-        dec = train_on_testbed(dec_cfg, bed, progress=False)
-    h = ddp.history.copy()  # DDP's clock without its compilation (in its first rows' wall time)
-    rate = float((h.wall_time_s.iloc[-1] - h.wall_time_s.iloc[len(h) // 2])
-                 / (h.step.iloc[-1] - h.step.iloc[len(h) // 2]))
-    h["sim_time_s"] = h.wall_time_s - (h.wall_time_s.iloc[0] - h.step.iloc[0] * rate)
-    # DDP's processes step at their own compute speed, not at the learners' padded one: its
-    # simulated twin gets the compute time measured (its s per step less the clock's exchange)
-    sims = {"ddp": train(ddp_cfg, progress=False), "dec": train(dec_cfg, progress=False)}
-    s = sims["ddp"].history
-    exchange = float((s.sim_time_s.iloc[-1] - s.sim_time_s.iloc[0])
-                     / (s.step.iloc[-1] - s.step.iloc[0])) - step_time_s
-    ddp_compute = max(rate - exchange, 1e-3)
-    sims["ddp"] = train(dataclasses.replace(ddp_cfg, cluster=Cluster(
-        step_time_s=ddp_compute, link=link)), progress=False)
-    target = max(float(h.val_loss.iloc[-1]), float(dec.final.val_loss))
-    sim_target = max(float(r.final.val_loss) for r in sims.values())
-    out = dict(gbit_per_s=gbit_per_s, learners=learners, steps=steps, emulated=emulated,
-               step_time_s=step_time_s, ddp_s_per_step=rate, ddp_compute_s=ddp_compute,
-               target_loss=target, ddp_s=time_to(h, target), dec_s=time_to(dec.history, target),
-               sim_ddp_s=time_to(sims["ddp"].history, sim_target),
-               sim_dec_s=time_to(sims["dec"].history, sim_target))
-    out["speedup"] = out["ddp_s"] / out["dec_s"]
-    out["sim_speedup"] = out["sim_ddp_s"] / out["sim_dec_s"]
-    if dec.wire is not None:
-        hosts = dec.wire[1:]  # the learners' hosts
-        out["up_booked"] = float(dec.final.comm_bytes) / learners
-        out["down_booked"] = float(dec.final.down_bytes) / learners
-        out["up_wire"] = float(np.mean([w["tx_bytes"] for w in hosts]))
-        out["down_wire"] = float(np.mean([w["rx_bytes"] for w in hosts]))
-    print(pd.Series(out).to_string(), flush=True)
-    return out
-
-
 def describe(learners: int, steps: int, inner_steps: int, step_time_s: float, mtbf_s: float,
              down_s: float) -> str:
     """The config column of the `actors` rows."""
@@ -261,36 +195,7 @@ def reproduce_job(figures_dir, quick: bool) -> list[dict]:
     figures_dir = Path(figures_dir)
     figures_dir.mkdir(parents=True, exist_ok=True)
     table.to_csv(figures_dir / "actors.csv", index=False)
-    rows = result_rows(table, describe(**run))
-    from ..distributed.testbed import _unavailable
-
-    if _unavailable():
-        print(f"[reproduce] actors: no testbed ({_unavailable()}): DDP comparison skipped")
-        return rows
-    versus = versus_ddp(**VERSUS[quick])
-    pd.DataFrame([versus]).to_csv(figures_dir / "actors_vs_ddp.csv", index=False)
-    return rows + versus_rows(versus)
-
-
-VERSUS = {False: dict(learners=4, steps=40, gbit_per_s=0.01, inner_steps=10),
-          True: dict(learners=2, steps=12, gbit_per_s=0.01, inner_steps=4)}
-
-
-def versus_rows(v: dict) -> list[dict]:
-    """The results rows of `versus_ddp`."""
-    at = f"@{v['gbit_per_s'] * 1e3:g} Mbit/s"
-    config = (f"{v['learners']} learners on testbed hosts (+ the syncer's), {at}, default "
-              f"model, {v['steps']} steps; DDP on {v['learners']} processes; same tokens")
-    rows = [dict(experiment="actors", method="decoupled vs ddp", config=config,
-                 metric=f"wall-clock speed-up over DDP to the same loss, {clock} {at}",
-                 value=float(v[key]), published=20.0 if clock == "measured" else None)
-            for clock, key in (("measured", "speedup"), ("simulated", "sim_speedup"))]
-    for way in ("up", "down"):
-        if f"{way}_wire" in v:
-            rows.append(dict(experiment="actors", method="decoupled vs ddp", config=config,
-                             metric=f"a learner's bytes on the wire / booked, {way}",
-                             value=v[f"{way}_wire"] / v[f"{way}_booked"]))
-    return rows
+    return result_rows(table, describe(**run))
 
 
 def main(argv=None) -> int:

@@ -22,6 +22,7 @@ Importing this module imports no Ray: `actor_classes()` does.
 
 from __future__ import annotations
 
+import collections
 import functools
 import queue
 import threading
@@ -177,6 +178,7 @@ def actor_classes():
 
             self.rt, self.lock = SyncerRuntime(config, params, hold_s), threading.Lock()
             self.t0, self.error, self.learners = None, None, []
+            self.calls = collections.Counter()  # (learner, "up" | "down"): Ray calls each way
 
         def start(self, t0, learners):
             self.t0, self.learners = t0, learners
@@ -192,6 +194,7 @@ def actor_classes():
             """Send what the syncer has to say (under the lock: in order)."""
             for m, message, reply, life, number in self.rt.outbox:
                 self.learners[m].hear.remote(message, reply, life, number)
+                self.calls[m, "down"] += 1
             self.rt.outbox.clear()
 
         def _loop(self):  # the timers and the merges
@@ -214,11 +217,13 @@ def actor_classes():
         def answered(self, m, life, p, n, payload, since, sent_at, report):
             now = self._now()  # when it arrived, not when the lock was free
             with self.lock:
+                self.calls[m, "up"] += 1
                 self.rt.answered(m, life, p, n, payload, since, sent_at, report, now)
                 self._deliver()
 
         def reported(self, m, life, report, final=None):
             with self.lock:
+                self.calls[m, "up"] += 1
                 self.rt.reported(m, life, report, final)
 
         def failed(self, m):
@@ -246,6 +251,8 @@ def actor_classes():
         def until(self, m, life, t):
             """How many messages learner m's process has been sent, once every event up to its
             step boundary at t is handled (`SyncerRuntime.until`)."""
+            with self.lock:
+                self.calls[m, "up"] += 1
             while True:
                 with self.lock:
                     if self.error:
@@ -257,6 +264,7 @@ def actor_classes():
 
         def peer_state(self, q, inner_state, t):
             with self.lock:
+                self.calls[q, "up"] += 1
                 self.rt.peer_state(q, inner_state, t)
                 self._deliver()
 
@@ -285,7 +293,7 @@ def actor_classes():
 
         def result(self):
             with self.lock:
-                return self.rt.result()
+                return {**self.rt.result(), "calls": dict(self.calls)}
 
     return Learner, Syncer
 

@@ -101,11 +101,14 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
         ray.get([a.ready.remote() for a in learners] + [syncer.status.remote()])  # all built
         t0 = time.time() + start_in_s
         first = ray.get(syncer.start.remote(t0, learners))
-        start = meter() if meter is not None else None
+        start, metered = (meter(), time.time()) if meter is not None else (None, None)
         out = _drive(ray, config, syncer, learners, t0, first, progress, stall_s)
         if meter is not None:
-            out["wire"] = [{k: b[k] - a[k] for k in b} for a, b in zip(start, meter(),
-                                                                        strict=True)]
+            out["wire"] = [{**{k: b[k] - a[k] for k in b}, "s": time.time() - metered}
+                           for a, b in zip(start, meter(), strict=True)]
+            for m in range(config.workers):  # the Ray calls between learner m and the syncer
+                out["wire"][m + 1].update(calls_up=out["calls"].get((m, "up"), 0),
+                                          calls_down=out["calls"].get((m, "down"), 0))
     finally:
         for a in learners + ([syncer] if syncer is not None else []):
             ray.kill(a, no_restart=True)
@@ -116,7 +119,8 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
 
     rows = [{**r["stats"], **evaluate(jax.tree.unflatten(jax.tree.structure(params),
                                                          r["params"])),
-             "wall_time_s": r["stats"]["sim_time_s"], "diags": r["diags"]} for r in out["rows"]]
+             "wall_time_s": r["stats"]["sim_time_s"],
+             "train_time_s": r["stats"]["sim_time_s"], "diags": r["diags"]} for r in out["rows"]]
     plan = out["plan"]
     history = _history(rows, [_losses(out["losses"], config.workers)], plan)
     import pandas as pd
