@@ -57,8 +57,11 @@ def test_a_runs_training_time_leaves_its_evaluations_out(monkeypatch):
 
 
 def test_the_control_traffic_is_the_calls_times_their_bytes_plus_the_idle_traffic_and_tcp():
+    # measured on the testbed: empty calls each way, then calls carrying 1,000 payload bytes
     per_call = {"up": {"tx": 800.0, "rx": 200.0}, "down": {"tx": 500.0, "rx": 600.0},
-                "idle_tx": 900.0, "idle_rx": 500.0}
+                "up_payload": {"tx": 1850.0, "rx": 230.0},
+                "down_payload": {"tx": 520.0, "rx": 1660.0},
+                "idle_tx": 900.0, "idle_rx": 500.0, "payload": 1000}
     wire = [{"tx_bytes": 1, "rx_bytes": 1, "s": 1.0},  # the syncer's host: not a learner's
             {"tx_bytes": 100_000, "rx_bytes": 200_000, "calls_up": 10, "calls_down": 20,
              "s": 30.0},
@@ -69,14 +72,15 @@ def test_the_control_traffic_is_the_calls_times_their_bytes_plus_the_idle_traffi
     out = versus.wire_rows(run, per_call)
     assert out["up_wire"] == 110_000 and out["down_wire"] == 190_000
     assert out["up_booked"] == 50_000 and out["down_booked"] == 90_000
-    # learner 0 sends: 10 calls up × 800 + 20 down × 500 + 30 s × 900 B/s; learner 1 likewise
+    # learner 0 sends: 10 calls up × 800 + 20 down × 500 + 30 s × 900 B/s; learner 1 likewise;
+    # then per payload byte it sends 1.05 bytes (1850 - 800 over 1000), and per payload byte it
+    # receives 0.02 (its ACKs: 520 - 500 over 1000)
     up = np.mean([10 * 800 + 20 * 500 + 30 * 900, 30 * 800 + 40 * 500 + 30 * 900])
+    up += 50_000 * 1.05 + 90_000 * 0.02
     down = np.mean([10 * 200 + 20 * 600 + 30 * 500, 30 * 200 + 40 * 600 + 30 * 500])
-    # TCP: a 66-byte header per 1448 bytes sent, an ACK per two segments received
-    up += 50_000 * 66 / 1448 + 90_000 * 66 / 2896
-    down += 90_000 * 66 / 1448 + 50_000 * 66 / 2896
-    assert out["up_control"] == pytest.approx(up)
-    assert out["down_control"] == pytest.approx(down)
+    down += 90_000 * 1.06 + 50_000 * 0.03
+    assert out["up_control"] == pytest.approx(up - 50_000)
+    assert out["down_control"] == pytest.approx(down - 90_000)
     assert versus.wire_rows(SimpleNamespace(wire=None), per_call) == {}
 
 

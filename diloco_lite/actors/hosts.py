@@ -86,14 +86,15 @@ def train_on_testbed(config, bed, **kw):
     return _in_host0(bed, ("train", config, kw))
 
 
-def call_bytes(bed, calls: int = 200) -> dict:
-    """What one Ray call between host 1 and host 0 of `bed` (an entered `Testbed`) puts on host
-    1's wire, beside its payload: "up" a call host 1 makes (a learner's answer, report or
-    `until`), "down" one host 0 makes (the syncer's messages), each as the bytes host 1 sent
-    ("tx") and received ("rx"), with Ray's reports of the calls (task events) and the TCP
-    segments' headers and ACKs; and "idle_tx", "idle_rx": host 1's bytes per second with no call
-    (the nodes' heartbeats and resource reports). Measured with `calls` empty calls each way."""
-    return _in_host0(bed, ("calls", calls))
+def call_bytes(bed, calls: int = 100, payload: int = 16_000) -> dict:
+    """What a Ray call between host 1 and host 0 of `bed` (an entered `Testbed`) puts on host
+    1's wire: "up" a call host 1 makes (a learner's answer, report or `until`), "down" one host
+    0 makes (the syncer's messages), each as the bytes host 1 sent ("tx") and received ("rx"),
+    with Ray's reports of the calls (task events) and TCP's headers and ACKs; measured with
+    `calls` empty calls each way, then `calls` carrying `payload` bytes ("up_payload",
+    "down_payload"); and "idle_tx", "idle_rx": host 1's bytes per second with no call (the
+    nodes' heartbeats and resource reports), left out of the others."""
+    return _in_host0(bed, ("calls", calls, payload))
 
 
 def _train(config, kw, hosts: int):
@@ -104,45 +105,48 @@ def _train(config, kw, hosts: int):
     return train_actors(config, placement=True, meter=lambda: host_counters(hosts), **kw)
 
 
-def _probe_calls(calls: int, hosts: int) -> dict:
+def _probe_calls(calls: int, payload: int, hosts: int) -> dict:
     """`call_bytes`, inside host 0."""
     import time
 
+    import numpy as np
     import ray
 
     from ..distributed.testbed import host_counters
 
     @ray.remote(num_cpus=0)
     class Peer:
-        def ping(self):
+        def ping(self, data=None):
             return None
 
-        def call(self, other, n):
+        def call(self, other, n, size=0):
+            data = np.ones(size, np.uint8) if size else None
             for _ in range(n):
-                ray.get(other.ping.remote())
+                ray.get(other.ping.remote(data))
 
     a = Peer.options(resources={"host0": 1}).remote()
     b = Peer.options(resources={"host1": 1}).remote()
     ray.get(a.call.remote(b, 10))  # both started, their paths warm (one at a time: a call
     ray.get(b.call.remote(a, 10))  # holds its actor's thread while it waits)
-    out, settle = {}, 3.0  # Ray reports a worker's task events once a second
-    for way, caller, callee in (("up", b, a), ("down", a, b)):
-        time.sleep(settle)
-        before, t = host_counters(hosts)[1], time.time()
-        ray.get(caller.call.remote(callee, calls))
-        time.sleep(settle)
-        after, dt = host_counters(hosts)[1], time.time() - t
-        out[way] = {k: (after[f"{k}_bytes"] - before[f"{k}_bytes"]) for k in ("tx", "rx")}
-        out[way]["s"] = dt
+    out, spans, settle = {}, {}, 3.0  # Ray reports a worker's task events once a second
+    for size, tail in ((0, ""), (payload, "_payload")):
+        for way, caller, callee in (("up", b, a), ("down", a, b)):
+            time.sleep(settle)
+            before, t = host_counters(hosts)[1], time.time()
+            ray.get(caller.call.remote(callee, calls, size))
+            time.sleep(settle)
+            after = host_counters(hosts)[1]
+            out[way + tail] = {k: after[f"{k}_bytes"] - before[f"{k}_bytes"] for k in ("tx", "rx")}
+            spans[way + tail] = time.time() - t
     before, t = host_counters(hosts)[1], time.time()
     time.sleep(10.0)
     after, dt = host_counters(hosts)[1], time.time() - t
     for k in ("tx", "rx"):
         out[f"idle_{k}"] = (after[f"{k}_bytes"] - before[f"{k}_bytes"]) / dt
-    for way in ("up", "down"):
+    for name, span in spans.items():
         for k in ("tx", "rx"):
-            out[way][k] = (out[way][k] - out[f"idle_{k}"] * out[way]["s"]) / calls
-        del out[way]["s"]
+            out[name][k] = (out[name][k] - out[f"idle_{k}"] * span) / calls
+    out["payload"] = payload
     return out
 
 

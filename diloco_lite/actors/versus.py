@@ -32,7 +32,9 @@ padded to `step_time_s`.
   loopback (not fitted to a throttled run), the learners at `step_time_s`; its speed-up is taken
   the same way, to the worse of its two final losses.
 - **Bytes on the wire**: the learner hosts' interface counters during the run, beside the bytes
-  the run booked for them (its answers and replies), up and down.
+  the run booked for them (its answers and replies) and its control traffic (Ray's bytes per
+  call measured at the same link speed, `hosts.call_bytes`, times the calls the run made; the
+  nodes' idle traffic; TCP's headers and ACKs), up and down.
 
 Not in `make test` (minutes, root); `make reproduce`'s `versus` job runs it where Ray and the
 testbed exist.
@@ -102,8 +104,6 @@ def versus_ddp(learners: int, steps: int, inner_steps: int, step_time_s: float, 
     from ..training import train
     from .hosts import call_bytes, train_on_testbed
 
-    with Testbed(2, Link(gbit_per_s=0.1), quiet=True) as bed:  # Ray's bytes per call
-        per_call = call_bytes(bed) if bed.emulated else None
     free = configs(learners, steps, inner_steps, step_time_s)
     [ddp] = launch(free["ddp"], processes=learners, devices_per_process=1, echo=False,
                    timeout_s=1800)  # the loss curve and the compute time, on loopback
@@ -120,6 +120,8 @@ def versus_ddp(learners: int, steps: int, inner_steps: int, step_time_s: float, 
         with Testbed(learners + 1, cfgs["decoupled"].cluster.link, quiet=True) as bed:
             dec = train_on_testbed(cfgs["decoupled"], bed, progress=progress)
             emulated = bed.emulated
+            # Ray's bytes per call at this link speed, with payloads of the answers' size
+            per_call = call_bytes(bed, payload=_payload_size(dec)) if emulated else None
         sim_ddp = train(dataclasses.replace(cfgs["ddp"], cluster=Cluster(
             step_time_s=compute_s, link=cfgs["ddp"].cluster.link)), progress=False)
         sim_dec = train(cfgs["decoupled"], progress=False)
@@ -144,30 +146,32 @@ def versus_ddp(learners: int, steps: int, inner_steps: int, step_time_s: float, 
     return pd.DataFrame(rows)
 
 
-HEADER, MSS = 66, 1448  # an Ethernet + IP + TCP (timestamps) header; the payload per segment
-
-
 def wire_rows(result, per_call: dict | None) -> dict:
     """A run on the testbed: its learner hosts' mean bytes on the wire, up (what a host sent)
     and down (what it received), beside the booked bytes (the run's answers and replies over
-    M) and the control traffic (`per_call`: `hosts.call_bytes`, times the Ray calls the run
-    counted each way, plus the nodes' idle traffic over the metered time, plus TCP's headers
-    on the booked bytes and ACKs of the other way's)."""
+    M) and the control traffic: what `per_call` (`hosts.call_bytes`, at the run's link speed)
+    says the run's Ray calls cost, counted each way by the syncer (empty calls' bytes, plus the
+    bytes a call's payload adds per payload byte, sent and received, beyond the payload itself:
+    TCP's headers and ACKs), plus the nodes' idle traffic over the metered time."""
     if result.wire is None:
         return {}
     M = result.config.workers
     hosts = result.wire[1:]
     booked = {"tx": float(result.final.comm_bytes) / M, "rx": float(result.final.down_bytes) / M}
     out = {}
-    for way, key, other in (("up", "tx", "rx"), ("down", "rx", "tx")):
+    for way, key in (("up", "tx"), ("down", "rx")):
         out[f"{way}_wire"] = float(np.mean([w[f"{key}_bytes"] for w in hosts]))
         out[f"{way}_booked"] = booked[key]
         if per_call is not None:
-            calls = np.mean([w["calls_up"] * per_call["up"][key]
+            B = per_call["payload"]
+            # per payload byte a learner sends (its calls up) and receives (the syncer's calls)
+            extra = {kind: (per_call[f"{kind}_payload"][key] - per_call[kind][key]) / B
+                     for kind in ("up", "down")}
+            model = np.mean([w["calls_up"] * per_call["up"][key]
                              + w["calls_down"] * per_call["down"][key]
                              + per_call[f"idle_{key}"] * w["s"] for w in hosts])
-            tcp = booked[key] * HEADER / MSS + booked[other] * HEADER / (2 * MSS)
-            out[f"{way}_control"] = float(calls + tcp)
+            model += booked["tx"] * extra["up"] + booked["rx"] * extra["down"]
+            out[f"{way}_control"] = float(model - booked[key])
     return out
 
 
@@ -193,6 +197,13 @@ def result_rows(table: pd.DataFrame) -> list[dict]:
                                  value=r[f"{way}_wire"] / (r[f"{way}_booked"]
                                                            + r[f"{way}_control"])))
     return rows
+
+
+def _payload_size(result) -> int:
+    """The mean booked bytes of one answer of a run (4-bit answers and replies alike)."""
+    answers = sum(f["syncs"] for f in result.plan.fragments)
+    return max(1, round(float(result.final.comm_bytes) / max(answers, 1)
+                        / result.config.workers))
 
 
 def reproduce_job(figures_dir, quick: bool) -> list[dict]:
