@@ -439,16 +439,31 @@ print(f"at {fast.gbit_per_s * 1e3:g} Mbit/s: {fast.speedup:.2f}× measured, "
 # the link, while the learners keep stepping and send a 4-bit fragment every few seconds.
 #
 # **What the wire carried.** Each learner host's interface counters are set beside the bytes
-# the run booked (its answers up, its replies down) plus the *control traffic*: every Ray call
-# costs about a kilobyte each way (measured on the testbed with empty calls:
-# `actors.hosts.call_bytes`), the nodes exchange heartbeats (about 1 kB/s), and TCP adds its
-# headers and ACKs. The last two columns of the table are wire ÷ (booked + control).
+# the run booked (its answers up, its replies down) plus the *control traffic*: a Ray call
+# costs about a kilobyte beyond its payload, TCP adds its headers and ACKs (about 7% of a
+# payload), and the nodes exchange heartbeats (about 1 kB/s). All three are measured on the
+# testbed at the run's link speed, with empty calls and with calls carrying an answer's bytes
+# (`actors.hosts.call_bytes`), and multiplied by the calls the syncer counted. The last two
+# columns of the table are wire ÷ (booked + control).
 #
-# **Where the model and the testbed part.** The simulated clock charges DDP its compute, then
-# its exchange, one after the other. On this 2-core machine four DDP processes share the CPUs,
-# so while some wait on the network the others compute: on the fastest link the measured DDP
-# steps are barely slower than on loopback, faster than the clock's sum. On slow links the
-# exchange dominates and the two agree.
+# **Where the model and the testbed part.** Each side's clock against the simulated one:
+
+# %%
+display(pd.DataFrame({
+    "link (Mbit/s)": versus.gbit_per_s * 1e3,
+    "DDP s/step, measured ÷ clock": versus.ddp_s_per_step / versus.sim_ddp_s_per_step,
+    "Decoupled run, measured ÷ clock": versus.dec_s / versus.sim_dec_s,
+    "outer steps, measured": versus.outer_steps,
+    "outer steps, clock": versus.sim_outer_steps,
+}).set_index("link (Mbit/s)"))
+
+# %% [markdown]
+# The clock charges a DDP step its compute (measured on loopback), then its ring all-reduce
+# at the link's rate; on the slowest link the real exchange takes longer than that (TCP
+# through a 1 Mbit/s token bucket, six hops a step). The learners' steps sometimes outlast
+# their 0.1 s on two shared cores: they fall a little behind the syncer's reference clock,
+# which then asks them a little more often per step of their own (the outer steps above).
+# Both errors lengthen the measured runs, so they partly cancel in the speed-up.
 
 # %% [markdown]
 # ## Try it

@@ -69,10 +69,10 @@ def configs(learners: int, steps: int, inner_steps: int, step_time_s: float, mtb
     }
 
 
-def time_to(history: pd.DataFrame, loss: float) -> float:
-    """Seconds (`sim_time_s`) at which the held-out loss first reaches `loss`, linearly
-    interpolated between rows; NaN if it never does."""
-    t, v = history.sim_time_s.to_numpy(float), history.val_loss.to_numpy(float)
+def time_to(history: pd.DataFrame, loss: float, column: str = "sim_time_s") -> float:
+    """Seconds (`sim_time_s`, or another `column`: "step") at which the held-out loss first
+    reaches `loss`, linearly interpolated between rows; NaN if it never does."""
+    t, v = history[column].to_numpy(float), history.val_loss.to_numpy(float)
     hit = np.flatnonzero(v <= loss)
     if not hit.size:
         return float("nan")
@@ -199,14 +199,19 @@ def reproduce_job(figures_dir, quick: bool) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m diloco_lite.actors.measure",
-                                     description=__doc__.split("\n\n")[0])
+    return command(argv, "python -m diloco_lite.actors.measure", __doc__,
+                   lambda quick: measure(**settings(quick), progress=True))
+
+
+def command(argv, prog: str, doc: str, run) -> int:
+    """A measurement's command line: `--quick`, then `run(quick)`'s table, printed."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     from ..devices import emulate_devices
 
     emulate_devices(1)
-    table = measure(**settings(args.quick), progress=True)
+    table = run(args.quick)
     print(table.T.to_string(float_format=lambda x: f"{x:.4g}"))
     return 0
 

@@ -42,7 +42,6 @@ testbed exist.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 
@@ -51,6 +50,7 @@ import pandas as pd
 
 from ..clock import Cluster, Link
 from ..config import DDP, DecoupledDiLoCo, RunConfig
+from .measure import command, time_to
 
 MBIT = 1e-3  # Gbit/s
 
@@ -78,12 +78,12 @@ def configs(learners: int, steps: int, inner_steps: int, step_time_s: float,
 def steps_to(history: pd.DataFrame, loss: float) -> float:
     """The step at which the held-out loss first reaches `loss`, linearly interpolated between
     evaluations; NaN if it never does."""
-    return _first(history.step.to_numpy(float), history.val_loss.to_numpy(float), loss)
+    return time_to(history, loss, "step")
 
 
 def seconds_to(history: pd.DataFrame, loss: float) -> float:
     """Likewise the run's clock (`sim_time_s`: for a run on actors, the real one)."""
-    return _first(history.sim_time_s.to_numpy(float), history.val_loss.to_numpy(float), loss)
+    return time_to(history, loss)
 
 
 def seconds_per_step(history: pd.DataFrame) -> float:
@@ -234,27 +234,9 @@ def reproduce_job(figures_dir, quick: bool) -> list[dict]:
     return result_rows(table)
 
 
-def _first(x: np.ndarray, v: np.ndarray, loss: float) -> float:
-    hit = np.flatnonzero(v <= loss)
-    if not hit.size:
-        return float("nan")
-    i = hit[0]
-    if i == 0:
-        return float(x[0])
-    return float(x[i - 1] + (x[i] - x[i - 1]) * (v[i - 1] - loss) / (v[i - 1] - v[i]))
-
-
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m diloco_lite.actors.versus",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    from ..devices import emulate_devices
-
-    emulate_devices(1)
-    table = versus_ddp(**settings(args.quick))
-    print(table.T.to_string(float_format=lambda x: f"{x:.4g}"))
-    return 0
+    return command(argv, "python -m diloco_lite.actors.versus", __doc__,
+                   lambda quick: versus_ddp(**settings(quick)))
 
 
 if __name__ == "__main__":
