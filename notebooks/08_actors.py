@@ -384,18 +384,19 @@ display(per_learner)
 #
 # The seeds' headline is that Decoupled DiLoCo trains "more than 20× faster than
 # data-parallel" across slow links. `make reproduce` measures it at classroom scale (its
-# `versus` job, `diloco_lite.actors.versus`: about 15 minutes, and root, so this notebook
+# `versus` job, `diloco_lite.actors.versus`: about 21 minutes, and root, so this notebook
 # reads its committed table, `figures/versus.csv`):
 #
 # - **The testbed**: each learner (or DDP process) on its own *host*, a Linux network namespace
 #   behind a `tc` rate limit: every byte between hosts crosses a real throttled link. The
-#   syncer has a host of its own. Three link speeds: 100, 10 and 1 Mbit/s.
+#   syncer has a host of its own. Four link speeds: 1000, 100, 10 and 1 Mbit/s.
 # - **The same tokens, the same target loss**: both methods train the default model on the same
 #   batches; the target is the worse of their two final held-out losses, and each method's
 #   time to reach it is compared. Evaluations and compilation are left out of both clocks.
-# - **DDP** sends its whole gradient every step (a ring all-reduce: about 0.76 MB through each
-#   host's link). Its loss per step does not depend on the link, so its loss curve comes from
-#   one run on loopback and its seconds per step at each speed from a short run on the testbed.
+# - **DDP** sends its whole gradient every step (a ring all-reduce: each host's link carries
+#   2(M − 1)/M = 1.5 gradients for M = 4). Its loss per step does not depend on the link, so its
+#   loss curve comes from one run on loopback and its seconds per step at each speed from a
+#   short run on the testbed.
 # - **Decoupled DiLoCo** (4-bit answers, P = 4 fragments, K = 1, the grace window, H = 40)
 #   runs in full at each speed, its learners' steps padded to 0.1 s. The syncer sends each
 #   merged fragment to every learner through its own link (M copies), as a **4-bit** outer

@@ -299,9 +299,9 @@ def test_a_learner_killed_twice_before_its_death_is_heard_stopped_at_the_first_k
     """Issue 30: learner 1 is killed at 0.62 s, and again at 1.617 s (its next failure window
     began while its new process was still starting); the syncer hears of the death only at
     2.06 s. What it did after its last report ends at the first kill: its steps at 0.2, 0.4 and
-    0.6 s, not those up to the second (the answers they would carry were never sent). Its next
-    process, back at position 3 at 10 s and killed at 12.05 s, is booked to the kill of its own
-    life, not to an earlier one's."""
+    0.6 s, not those up to the second (the answers they would carry were never sent). A kill
+    while it is down (4 s) moves no budget share. Its next process, back at position 3 at 10 s
+    and killed at 12.05 s, is booked to the kill of its own life, not to an earlier one's."""
     from diloco_lite.actors.roster import Roster
 
     timeline = Timeline(Cluster(step_time_s=0.2), 2)
@@ -314,6 +314,9 @@ def test_a_learner_killed_twice_before_its_death_is_heard_stopped_at_the_first_k
     assert [e[1] for e in lost] == pytest.approx(by_hand)
     assert [e[2] for e in lost] == [1, 2, 3]
     assert roster.last[1] == (3, pytest.approx(0.6))
+    stops = list(roster.stop)
+    roster.killed(1, 4.0, now=4.0, for_good=False)  # its next window, while it is down
+    assert roster.stop == stops and roster.last[1] == (3, pytest.approx(0.6))
     roster.started(1, [], k=3, t=10.0, now=10.0)
     roster.killed(1, 12.05, now=12.05, for_good=False)
     lost = roster.failed(1, 13.0, now=13.0, reported=[])

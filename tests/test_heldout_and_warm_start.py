@@ -101,7 +101,7 @@ def _warm_and_continued(**kw):
 
 
 def _history(result):
-    return result.history.drop(columns=["wall_time_s"])
+    return result.history.drop(columns=["wall_time_s", "train_time_s"])
 
 
 def test_warm_start_continues_the_data_and_the_parameters(monkeypatch):

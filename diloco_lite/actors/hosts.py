@@ -94,7 +94,7 @@ def call_bytes(bed, calls: int = 100, payload: int = 16_000) -> dict:
     `calls` empty calls each way, then `calls` carrying `payload` bytes ("up_payload",
     "down_payload"); and "idle_tx", "idle_rx": host 1's bytes per second with no call (the
     nodes' heartbeats and resource reports), left out of the others."""
-    return _in_host0(bed, ("calls", calls, payload))
+    return _in_host0(bed, ("calls", calls, payload), timeout_s=600.0)
 
 
 def _train(config, kw, hosts: int):
@@ -150,8 +150,9 @@ def _probe_calls(calls: int, payload: int, hosts: int) -> dict:
     return out
 
 
-def _in_host0(bed, job):
-    """Run `job` in a driver inside host 0, connected to a Ray node on each host; its result."""
+def _in_host0(bed, job, timeout_s: float | None = None):
+    """Run `job` in a driver inside host 0, connected to a Ray node on each host; its result
+    (a driver still running after `timeout_s` is killed, with the nodes)."""
     from ray import cloudpickle
 
     with tempfile.TemporaryDirectory(prefix="diloco_lite-actors-") as tmp:
@@ -161,7 +162,8 @@ def _in_host0(bed, job):
             start_nodes(bed)
             run = subprocess.run(bed.command(0, [sys.executable, "-m", __name__, str(path),
                                                  str(out), str(bed.hosts)]),
-                                 env=_env(), cwd=os.getcwd(), capture_output=True, text=True)
+                                 env=_env(), cwd=os.getcwd(), capture_output=True, text=True,
+                                 timeout=timeout_s)
         finally:
             stop_nodes(bed)
         if run.returncode != 0 or not out.exists():

@@ -64,12 +64,12 @@ class Roster:
         self.predicted_end = self._predicted_end()
 
     def killed(self, m: int, t: float, now: float, for_good: bool) -> None:
-        """The driver killed learner m at t: it takes no more steps. A kill before the syncer
-        heard of the last one's death (a new process still starting, killed again) changes
-        nothing here: the process it knew stopped at the first."""
+        """The driver killed learner m at t: it takes no more steps. A kill of a learner down
+        already (a new process still starting, killed again, before or after the syncer heard
+        of the first death) changes nothing here: the process it knew stopped before."""
         if for_good:
             self.gone.add(m)
-        if m in self.killed_at:
+        if m in self.killed_at or self.anchors[m][1] is None:
             return
         self.killed_at[m] = t
         self.restop(m, (self.position(m, t)[0], None), now)

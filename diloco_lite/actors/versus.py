@@ -1,7 +1,7 @@
 """Decoupled DiLoCo against data-parallel training (DDP) over slow links, measured on the testbed:
 the seeds' "20× faster than data-parallel over slow links" at classroom scale.
 
-    python -m diloco_lite.actors.versus            # 4 learner hosts + the syncer's, ~17 minutes
+    python -m diloco_lite.actors.versus            # 4 learner hosts + the syncer's, ~21 minutes
     python -m diloco_lite.actors.versus --quick
 
 Both methods train the default model on the same tokens: M workers, `steps` steps, on M testbed
