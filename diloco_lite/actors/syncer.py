@@ -159,7 +159,11 @@ class SyncerRuntime(Rejoins, Merges):
                 self.decided = max(self.decided, (t, kind))
                 return  # after the end the step times predict: wait for the learners
             heapq.heappop(self.timers)
-            t, self.kind = self._now(t), kind
+            # a publish counts from the time its notice gave the learners (they apply on it),
+            # even when its merge was computed later than that
+            t, self.kind = (self._now(t) if kind != PUBLISH else t), kind
+            if kind == PUBLISH:
+                self.clock = max(self.clock, t)
             if kind == ASK:
                 self.books.syncer(t, ASK, "ask", p)
                 self._act(self.state.ask(p, t), t)
