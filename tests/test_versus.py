@@ -62,32 +62,53 @@ def test_the_control_traffic_is_the_calls_times_their_bytes_plus_the_idle_traffi
                 "up_payload": {"tx": 1850.0, "rx": 230.0},
                 "down_payload": {"tx": 520.0, "rx": 1660.0},
                 "idle_tx": 900.0, "idle_rx": 500.0, "payload": 1000}
-    wire = [{"tx_bytes": 1, "rx_bytes": 1, "s": 1.0},  # the syncer's host: not a learner's
+    wire = [{"tx_bytes": 400_000, "rx_bytes": 230_000, "s": 30.0},  # the syncer's host
             {"tx_bytes": 100_000, "rx_bytes": 200_000, "calls_up": 10, "calls_down": 20,
-             "s": 30.0},
+             "unbooked_up": 3_000, "unbooked_down": 1_000, "s": 30.0},
             {"tx_bytes": 120_000, "rx_bytes": 180_000, "calls_up": 30, "calls_down": 40,
-             "s": 30.0}]
+             "unbooked_up": 5_000, "unbooked_down": 2_000, "s": 30.0}]
     run = SimpleNamespace(wire=wire, config=SimpleNamespace(workers=2),
                           final=SimpleNamespace(comm_bytes=2 * 50_000, down_bytes=2 * 90_000))
     out = versus.wire_rows(run, per_call)
     assert out["up_wire"] == 110_000 and out["down_wire"] == 190_000
     assert out["up_booked"] == 50_000 and out["down_booked"] == 90_000
-    # learner 0 sends: 10 calls up × 800 + 20 down × 500 + 30 s × 900 B/s; learner 1 likewise;
-    # then per payload byte it sends 1.05 bytes (1850 - 800 over 1000), and per payload byte it
-    # receives 0.02 (its ACKs: 520 - 500 over 1000)
-    up = np.mean([10 * 800 + 20 * 500 + 30 * 900, 30 * 800 + 40 * 500 + 30 * 900])
-    up += 50_000 * 1.05 + 90_000 * 0.02
-    down = np.mean([10 * 200 + 20 * 600 + 30 * 500, 30 * 200 + 40 * 600 + 30 * 500])
-    down += 90_000 * 1.06 + 50_000 * 0.03
-    assert out["up_control"] == pytest.approx(up - 50_000)
-    assert out["down_control"] == pytest.approx(down - 90_000)
+    assert out["syncer_up_wire"] == 400_000 and out["syncer_down_wire"] == 230_000
+    assert out["syncer_up_booked"] == 180_000 and out["syncer_down_booked"] == 100_000
+    # learner 0 sends: 10 calls up × 800 + 20 down × 500 + 30 s × 900 B/s; then per byte its
+    # calls up carried (its 50,000 booked + 3,000 more) 1.05 bytes (1850 - 800 over 1000), and
+    # per byte it received (90,000 + 1,000) 0.02 (its ACKs: 520 - 500 over 1000); learner 1
+    # likewise, with its own calls and bytes
+    sent = [10 * 800 + 20 * 500 + 30 * 900 + 53_000 * 1.05 + 91_000 * 0.02,
+            30 * 800 + 40 * 500 + 30 * 900 + 55_000 * 1.05 + 92_000 * 0.02]
+    got = [10 * 200 + 20 * 600 + 30 * 500 + 53_000 * 0.03 + 91_000 * 1.06,
+           30 * 200 + 40 * 600 + 30 * 500 + 55_000 * 0.03 + 92_000 * 1.06]
+    assert out["up_control"] == pytest.approx(np.mean(sent) - 50_000)
+    assert out["down_control"] == pytest.approx(np.mean(got) - 90_000)
+    # the syncer's host sends what both learners receive, and receives what they send
+    assert out["syncer_up_control"] == pytest.approx(sum(got) - 180_000)
+    assert out["syncer_down_control"] == pytest.approx(sum(sent) - 100_000)
     assert versus.wire_rows(SimpleNamespace(wire=None), per_call) == {}
+
+
+def test_a_calls_unbooked_bytes_are_its_pickle_less_its_booked_arrays():
+    import pickle
+
+    from diloco_lite.actors.ray_actors import unbooked_bytes
+
+    payload = np.arange(1000, dtype=np.uint8)
+    report = {"losses": [2.5, 2.4]}
+    args = (0, 1, 2, 3, payload, 4, 5.0, report)
+    assert unbooked_bytes(args, payload) == len(pickle.dumps(args, protocol=5)) - 1000
+    assert unbooked_bytes(("publish", 1.5), None) == len(pickle.dumps(("publish", 1.5),
+                                                                      protocol=5))
 
 
 def test_the_results_rows_carry_both_speedups_and_the_bytes_with_their_control_traffic():
     r = dict(gbit_per_s=0.001, learners=4, steps=240, inner_steps=40, speedup=25.0,
              sim_speedup=24.0, up_wire=130.0, up_booked=100.0, up_control=30.0, down_wire=90.0,
-             down_booked=70.0, down_control=30.0)
+             down_booked=70.0, down_control=30.0, syncer_up_wire=330.0, syncer_up_booked=280.0,
+             syncer_up_control=20.0, syncer_down_wire=420.0, syncer_down_booked=400.0,
+             syncer_down_control=100.0)
     rows = versus.result_rows(pd.DataFrame([r]))
     got = {row["metric"]: row["value"] for row in rows}
     assert got["wall-clock speed-up over DDP to the same loss, measured @1 Mbit/s"] == 25.0
@@ -95,4 +116,7 @@ def test_the_results_rows_carry_both_speedups_and_the_bytes_with_their_control_t
     up = "a learner host's bytes on the wire / booked with the control traffic, up @1 Mbit/s"
     down = up.replace(", up", ", down")
     assert got[up] == pytest.approx(1.0) and got[down] == pytest.approx(0.9)
-    assert [row.get("published") for row in rows] == [20.0, None, None, None]
+    syncer = up.replace("a learner host's", "the syncer's host's")
+    assert got[syncer] == pytest.approx(1.1)
+    assert got[syncer.replace(", up", ", down")] == pytest.approx(0.84)
+    assert [row.get("published") for row in rows] == [20.0] + [None] * 5

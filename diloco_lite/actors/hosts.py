@@ -10,9 +10,11 @@ the head, the syncer and the driver on host 0, learner m alone on host m + 1 (a 
 resource `host<k>` per node pins each actor). The driver runs as a process inside host 0 (the
 hosts' addresses are reachable only from inside the testbed) and hands back the `RunResult`.
 `RunResult.wire` holds each host's interface counters over the run, from the start of the
-clock to the learners' stop: the learners' answers (the wire format's bytes) and the syncer's
-replies, plus Ray's own traffic (the step boundary calls, the nodes' heartbeats and resource
-reports). Without a testbed (no root or no iproute2) everything falls back to one local Ray
+clock to the end of the flush: the learners' answers (the wire format's bytes) and the syncer's
+replies, plus Ray's own traffic (the calls, the nodes' heartbeats and resource reports); and
+for each learner's host the Ray calls the syncer counted each way (`calls_up`, `calls_down`)
+and the bytes their arguments carried beyond the booked ones (`unbooked_up`, `unbooked_down`:
+`ray_actors.unbooked_bytes`). Without a testbed (no root or no iproute2) everything falls back to one local Ray
 instance, and `wire` is None.
 
 Ray's token authentication is turned off for these nodes (`RAY_AUTH_MODE=disabled`): they
@@ -74,7 +76,7 @@ def stop_nodes(bed) -> None:
 def train_on_testbed(config, bed, **kw):
     """`train_actors(config, **kw)` with the syncer on host 0 and learner m on host m + 1 of
     `bed` (an entered `Testbed` of config.workers + 1 hosts); `RunResult.wire` holds what each
-    host's interface sent and received from the start of the clock to the learners' stop (None
+    host's interface sent and received from the start of the clock to the end of the flush (None
     without a testbed)."""
     from ..config import check
     from .runtime import train_actors
@@ -86,15 +88,17 @@ def train_on_testbed(config, bed, **kw):
     return _in_host0(bed, ("train", config, kw))
 
 
-def call_bytes(bed, calls: int = 100, payload: int = 16_000) -> dict:
+def call_bytes(bed, calls: int = 50, payload: int = 16_000, gap_s: float = 0.25) -> dict:
     """What a Ray call between host 1 and host 0 of `bed` (an entered `Testbed`) puts on host
     1's wire: "up" a call host 1 makes (a learner's answer, report or `until`), "down" one host
     0 makes (the syncer's messages), each as the bytes host 1 sent ("tx") and received ("rx"),
     with Ray's reports of the calls (task events) and TCP's headers and ACKs; measured with
     `calls` empty calls each way, then `calls` carrying `payload` bytes ("up_payload",
-    "down_payload"); and "idle_tx", "idle_rx": host 1's bytes per second with no call (the
-    nodes' heartbeats and resource reports), left out of the others."""
-    return _in_host0(bed, ("calls", calls, payload), timeout_s=600.0)
+    "down_payload"), one every `gap_s` seconds or so, as a run makes them (calls back to back
+    share their packets and Ray's reports: 25% fewer bytes a call, measured); and "idle_tx",
+    "idle_rx": host 1's bytes per second with no call (the nodes' heartbeats and resource
+    reports), left out of the others."""
+    return _in_host0(bed, ("calls", calls, payload, gap_s), timeout_s=600.0)
 
 
 def _train(config, kw, hosts: int):
@@ -105,7 +109,7 @@ def _train(config, kw, hosts: int):
     return train_actors(config, placement=True, meter=lambda: host_counters(hosts), **kw)
 
 
-def _probe_calls(calls: int, payload: int, hosts: int) -> dict:
+def _probe_calls(calls: int, payload: int, gap_s: float, hosts: int) -> dict:
     """`call_bytes`, inside host 0."""
     import time
 
@@ -119,10 +123,11 @@ def _probe_calls(calls: int, payload: int, hosts: int) -> dict:
         def ping(self, data=None):
             return None
 
-        def call(self, other, n, size=0):
+        def call(self, other, n, size=0, gap_s=0.0):
             data = np.ones(size, np.uint8) if size else None
             for _ in range(n):
                 ray.get(other.ping.remote(data))
+                time.sleep(gap_s)
 
     a = Peer.options(resources={"host0": 1}).remote()
     b = Peer.options(resources={"host1": 1}).remote()
@@ -133,7 +138,7 @@ def _probe_calls(calls: int, payload: int, hosts: int) -> dict:
         for way, caller, callee in (("up", b, a), ("down", a, b)):
             time.sleep(settle)
             before, t = host_counters(hosts)[1], time.time()
-            ray.get(caller.call.remote(callee, calls, size))
+            ray.get(caller.call.remote(callee, calls, size, gap_s))
             time.sleep(settle)
             after = host_counters(hosts)[1]
             out[way + tail] = {k: after[f"{k}_bytes"] - before[f"{k}_bytes"] for k in ("tx", "rx")}

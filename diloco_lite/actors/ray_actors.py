@@ -40,6 +40,18 @@ def import_ray():
     return ray
 
 
+def unbooked_bytes(args: tuple, *booked) -> int:
+    """What a call's arguments pickle to, less the arrays among them that the run books (an
+    answer's or a reply's wire-format bytes, a peer's inner state): the bytes it carries beyond
+    its booked ones (message tuples, reports, arrays' headers)."""
+    import pickle
+
+    import numpy as np
+
+    size = len(pickle.dumps(args, protocol=5))
+    return size - sum(np.asarray(b).nbytes for b in booked if b is not None)
+
+
 @functools.cache
 def actor_classes():
     """The `Learner` and `Syncer` actor classes (module docstring), made once Ray is imported."""
@@ -53,8 +65,11 @@ def actor_classes():
 
     @ray.remote(max_concurrency=4)
     class Learner:
-        def __init__(self, config, m, params, cache_dir):
+        def __init__(self, config, m, params, cache_dir, syncer):
             _process(cache_dir)
+            # the syncer's handle comes here, not with `run`: taking it in loads the Syncer
+            # class from Ray's GCS (some 30 kB through this host's link), before the clock
+            self.syncer = syncer
             from ..clock import Timeline
             from ..clock.schedule import Schedule
             from .learner import LearnerProgram
@@ -75,11 +90,12 @@ def actor_classes():
             `number`-th sent to it (None: an "upload")."""
             self.mail.put((message, reply, life, number))
 
-        def run(self, syncer, t0, messages=None, back_at=None):
+        def run(self, t0, messages=None, back_at=None):
             from .agent import LearnerAgent
 
             prog, m, P, tau = self.program, self.m, self.schedule.fragments, \
                 self.schedule.overlap
+            syncer = self.syncer
             period = self.schedule.inner_steps * self.timeline.t_ref
             if back_at is not None:  # a new process after a failure: wait out the window
                 time.sleep(max(0.0, t0 + back_at - time.time()))
@@ -178,7 +194,13 @@ def actor_classes():
 
             self.rt, self.lock = SyncerRuntime(config, params, hold_s), threading.Lock()
             self.t0, self.error, self.learners = None, None, []
-            self.calls = collections.Counter()  # (learner, "up" | "down"): Ray calls each way
+            # (learner, "up" | "down"): Ray calls each way, and the bytes their arguments
+            # carry beyond the booked ones (`unbooked_bytes`)
+            self.calls, self.unbooked = collections.Counter(), collections.Counter()
+
+        def _count(self, m, way, args, *booked):
+            self.calls[m, way] += 1
+            self.unbooked[m, way] += unbooked_bytes(args, *booked)
 
         def start(self, t0, learners):
             self.t0, self.learners = t0, learners
@@ -194,7 +216,7 @@ def actor_classes():
             """Send what the syncer has to say (under the lock: in order)."""
             for m, message, reply, life, number in self.rt.outbox:
                 self.learners[m].hear.remote(message, reply, life, number)
-                self.calls[m, "down"] += 1
+                self._count(m, "down", (message, reply, life, number), reply)
             self.rt.outbox.clear()
 
         def _loop(self):  # the timers and the merges
@@ -217,13 +239,13 @@ def actor_classes():
         def answered(self, m, life, p, n, payload, since, sent_at, report):
             now = self._now()  # when it arrived, not when the lock was free
             with self.lock:
-                self.calls[m, "up"] += 1
+                self._count(m, "up", (m, life, p, n, payload, since, sent_at, report), payload)
                 self.rt.answered(m, life, p, n, payload, since, sent_at, report, now)
                 self._deliver()
 
         def reported(self, m, life, report, final=None):
             with self.lock:
-                self.calls[m, "up"] += 1
+                self._count(m, "up", (m, life, report, final))
                 self.rt.reported(m, life, report, final)
 
         def failed(self, m):
@@ -252,7 +274,7 @@ def actor_classes():
             """How many messages learner m's process has been sent, once every event up to its
             step boundary at t is handled (`SyncerRuntime.until`)."""
             with self.lock:
-                self.calls[m, "up"] += 1
+                self._count(m, "up", (m, life, t))
             while True:
                 with self.lock:
                     if self.error:
@@ -263,8 +285,10 @@ def actor_classes():
                 time.sleep(0.002)
 
         def peer_state(self, q, inner_state, t):
+            import jax
+
             with self.lock:
-                self.calls[q, "up"] += 1
+                self._count(q, "up", (q, inner_state, t), *jax.tree.leaves(inner_state))
                 self.rt.peer_state(q, inner_state, t)
                 self._deliver()
 
@@ -293,7 +317,8 @@ def actor_classes():
 
         def result(self):
             with self.lock:
-                return {**self.rt.result(), "calls": dict(self.calls)}
+                return {**self.rt.result(), "calls": dict(self.calls),
+                        "unbooked": dict(self.unbooked)}
 
     return Learner, Syncer
 

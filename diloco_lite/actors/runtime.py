@@ -58,7 +58,7 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
     docstring). Starts a local Ray instance unless one is running (`ray.init` first to use a
     cluster), and stops what it started. `placement`: the syncer on the node with resource
     `host0`, learner m on `host<m+1>` (`actors.hosts`: one node per testbed host). `meter()`:
-    per-host interface counters, read at the start and when the learners have stopped; their
+    per-host interface counters, read at the start of the clock and after the flush; their
     growth goes to `RunResult.wire`."""
     import jax
 
@@ -96,7 +96,8 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
             lambda k: {})
         syncer = Syncer.options(num_cpus=0, max_restarts=0, **where(0)).remote(
             config, shared, hold_s, cache_dir)
-        learners = [Learner.options(**opts, **where(m + 1)).remote(config, m, shared, cache_dir)
+        learners = [Learner.options(**opts, **where(m + 1)).remote(config, m, shared, cache_dir,
+                                                                   syncer)
                     for m in range(config.workers)]
         ray.get([a.ready.remote() for a in learners] + [syncer.status.remote()])  # all built
         t0 = time.time() + start_in_s
@@ -107,8 +108,9 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
             out["wire"] = [{**{k: b[k] - a[k] for k in b}, "s": time.time() - metered}
                            for a, b in zip(start, meter(), strict=True)]
             for m in range(config.workers):  # the Ray calls between learner m and the syncer
-                out["wire"][m + 1].update(calls_up=out["calls"].get((m, "up"), 0),
-                                          calls_down=out["calls"].get((m, "down"), 0))
+                out["wire"][m + 1].update({f"{what}_{way}": out[what].get((m, way), 0)
+                                           for what in ("calls", "unbooked")
+                                           for way in ("up", "down")})
     finally:
         for a in learners + ([syncer] if syncer is not None else []):
             ray.kill(a, no_restart=True)
@@ -144,7 +146,7 @@ def _drive(ray, config, syncer, learners, t0, first, progress, stall_s) -> dict:
     timeline = Timeline(config.cluster, M)
     window = [0] * M
     back_at = [None] * M
-    running = {learners[m].run.remote(syncer, t0, first[m]): m for m in range(M)}
+    running = {learners[m].run.remote(t0, first[m]): m for m in range(M)}
     last, seen = time.time(), -1
     with _progress(config, progress) as bar:
         while True:
@@ -158,7 +160,7 @@ def _drive(ray, config, syncer, learners, t0, first, progress, stall_s) -> dict:
                     _status(ray, syncer)  # the syncer's death ends the run, with its message
                     ray.get(syncer.failed.remote(m))  # (down already: voids its rejoin only)
                     if st["ending"] is None and np.isfinite(back_at[m] or 0.0):
-                        running[learners[m].run.remote(syncer, t0, None, back_at[m] or 0.0)] = m
+                        running[learners[m].run.remote(t0, None, back_at[m] or 0.0)] = m
                 except ray.exceptions.RayTaskError as e:
                     _status(ray, syncer)  # the syncer's death explains it, when it died
                     raise RuntimeError(f"learner {m} failed: {e}") from None

@@ -31,10 +31,13 @@ padded to `step_time_s`.
 - **The simulated clock** runs the same configs: DDP with the compute seconds per step measured on
   loopback (not fitted to a throttled run), the learners at `step_time_s`; its speed-up is taken
   the same way, to the worse of its two final losses.
-- **Bytes on the wire**: the learner hosts' interface counters during the run, beside the bytes
-  the run booked for them (its answers and replies) and its control traffic (Ray's bytes per
-  call measured at the same link speed, `hosts.call_bytes`, times the calls the run made; the
-  nodes' idle traffic; TCP's headers and ACKs), up and down.
+- **Bytes on the wire**: every host's interface counters during the run (the learners' and the
+  syncer's), beside the bytes the run booked for it (its answers and replies) and its control
+  traffic (`control`: Ray's bytes per empty call, measured at the same link speed by
+  `hosts.call_bytes`, times the calls the syncer counted; each byte the calls carried beyond an
+  empty call's, booked or not (the messages, reports and arrays' headers they pickle to), at what
+  a payload byte costs on the wire with TCP's headers and ACKs; the nodes' idle traffic), up
+  and down.
 
 Not in `make test` (minutes, root); `make reproduce`'s `versus` job runs it where Ray and the
 testbed exist.
@@ -148,30 +151,45 @@ def versus_ddp(learners: int, steps: int, inner_steps: int, step_time_s: float, 
 
 def wire_rows(result, per_call: dict | None) -> dict:
     """A run on the testbed: its learner hosts' mean bytes on the wire, up (what a host sent)
-    and down (what it received), beside the booked bytes (the run's answers and replies over
-    M) and the control traffic: what `per_call` (`hosts.call_bytes`, at the run's link speed)
-    says the run's Ray calls cost, counted each way by the syncer (empty calls' bytes, plus the
-    bytes a call's payload adds per payload byte, sent and received, beyond the payload itself:
-    TCP's headers and ACKs), plus the nodes' idle traffic over the metered time."""
+    and down (what it received), and the syncer's host's, beside the booked bytes (a learner's:
+    the run's answers and replies over M; the syncer's: all of them) and the control traffic
+    (`control`), when `per_call` (`hosts.call_bytes`, at the run's link speed) is given."""
     if result.wire is None:
         return {}
     M = result.config.workers
-    hosts = result.wire[1:]
+    learners = result.wire[1:]
     booked = {"tx": float(result.final.comm_bytes) / M, "rx": float(result.final.down_bytes) / M}
+    model = [control(w, per_call, booked) for w in learners] if per_call is not None else None
     out = {}
-    for way, key in (("up", "tx"), ("down", "rx")):
-        out[f"{way}_wire"] = float(np.mean([w[f"{key}_bytes"] for w in hosts]))
+    for way, key, back in (("up", "tx", "rx"), ("down", "rx", "tx")):
+        out[f"{way}_wire"] = float(np.mean([w[f"{key}_bytes"] for w in learners]))
         out[f"{way}_booked"] = booked[key]
-        if per_call is not None:
-            B = per_call["payload"]
-            # per payload byte a learner sends (its calls up) and receives (the syncer's calls)
-            extra = {kind: (per_call[f"{kind}_payload"][key] - per_call[kind][key]) / B
-                     for kind in ("up", "down")}
-            model = np.mean([w["calls_up"] * per_call["up"][key]
-                             + w["calls_down"] * per_call["down"][key]
-                             + per_call[f"idle_{key}"] * w["s"] for w in hosts])
-            model += booked["tx"] * extra["up"] + booked["rx"] * extra["down"]
-            out[f"{way}_control"] = float(model - booked[key])
+        # the syncer's host sends what the learners receive, and receives what they send
+        out[f"syncer_{way}_wire"] = float(result.wire[0][f"{key}_bytes"])
+        out[f"syncer_{way}_booked"] = M * booked[back]
+        if model is not None:
+            out[f"{way}_control"] = float(np.mean([c[key] for c in model]))
+            out[f"syncer_{way}_control"] = float(sum(c[back] for c in model))
+    return out
+
+
+def control(host: dict, per_call: dict, booked: dict) -> dict:
+    """One learner host's control traffic over a run, {"tx", "rx"}: what it put on its wire
+    beyond its `booked` bytes ({"tx": its answers', "rx": its replies'}). Its Ray calls, counted
+    each way by the syncer (`calls_up`, `calls_down`), at an empty call's bytes; each byte those
+    calls carried (the booked ones plus what else their arguments pickle to: `unbooked_up`,
+    `unbooked_down`) at what a payload byte adds (TCP's headers, its ACKs the other way); the
+    nodes' idle traffic over the metered seconds (`s`)."""
+    B = per_call["payload"]
+    carried = {"up": booked["tx"] + host["unbooked_up"],
+               "down": booked["rx"] + host["unbooked_down"]}
+    out = {}
+    for key in ("tx", "rx"):
+        total = per_call[f"idle_{key}"] * host["s"]
+        for kind in ("up", "down"):
+            per_byte = (per_call[f"{kind}_payload"][key] - per_call[kind][key]) / B
+            total += host[f"calls_{kind}"] * per_call[kind][key] + carried[kind] * per_byte
+        out[key] = total - booked[key]
     return out
 
 
@@ -189,13 +207,15 @@ def result_rows(table: pd.DataFrame) -> list[dict]:
             rows.append(dict(experiment="versus", method="decoupled vs ddp", config=config,
                              metric=f"wall-clock speed-up over DDP to the same loss, {clock} {at}",
                              value=float(r[key]), published=20.0 if clock == "measured" else None))
-        for way in ("up", "down"):
-            if np.isfinite(r.get(f"{way}_control", np.nan)):
-                rows.append(dict(experiment="versus", method="decoupled vs ddp", config=config,
-                                 metric=f"a learner host's bytes on the wire / booked with the "
-                                        f"control traffic, {way} {at}",
-                                 value=r[f"{way}_wire"] / (r[f"{way}_booked"]
-                                                           + r[f"{way}_control"])))
+        for host, prefix in (("a learner host's", ""), ("the syncer's host's", "syncer_")):
+            for way in ("up", "down"):
+                if np.isfinite(r.get(f"{prefix}{way}_control", np.nan)):
+                    rows.append(dict(
+                        experiment="versus", method="decoupled vs ddp", config=config,
+                        metric=f"{host} bytes on the wire / booked with the control traffic, "
+                               f"{way} {at}",
+                        value=r[f"{prefix}{way}_wire"] / (r[f"{prefix}{way}_booked"]
+                                                          + r[f"{prefix}{way}_control"])))
     return rows
 
 
