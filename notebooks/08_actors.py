@@ -384,7 +384,7 @@ display(per_learner)
 #
 # The seeds' headline is that Decoupled DiLoCo trains "more than 20× faster than
 # data-parallel" across slow links. `make reproduce` measures it at classroom scale (its
-# `versus` job, `diloco_lite.actors.versus`: about 21 minutes, and root, so this notebook
+# `versus` job, `diloco_lite.actors.versus`: about 25 minutes, and root, so this notebook
 # reads its committed table, `figures/versus.csv`):
 #
 # - **The testbed**: each learner (or DDP process) on its own *host*, a Linux network namespace
@@ -419,8 +419,12 @@ shown = pd.DataFrame({
     "Decoupled s to the target": versus.dec_s,
     "speed-up, measured": versus.speedup,
     "speed-up, simulated": versus.sim_speedup,
-    "wire / booked, up": versus.up_wire / (versus.up_booked + versus.up_control),
-    "wire / booked, down": versus.down_wire / (versus.down_booked + versus.down_control),
+    "learner host's wire / booked, up": versus.up_wire / (versus.up_booked + versus.up_control),
+    "down": versus.down_wire / (versus.down_booked + versus.down_control),
+    "syncer host's, up": versus.syncer_up_wire / (versus.syncer_up_booked
+                                                  + versus.syncer_up_control),
+    "syncer host's, down": versus.syncer_down_wire / (versus.syncer_down_booked
+                                                      + versus.syncer_down_control),
 }).set_index("link (Mbit/s)")
 display(shown)
 vplots.speedup_chart(versus)
@@ -439,13 +443,15 @@ print(f"at {fast.gbit_per_s * 1e3:g} Mbit/s: {fast.speedup:.2f}× measured, "
 # Decoupled DiLoCo is slower. As the link slows, each DDP step waits for its gradient to cross
 # the link, while the learners keep stepping and send a 4-bit fragment every few seconds.
 #
-# **What the wire carried.** Each learner host's interface counters are set beside the bytes
-# the run booked (its answers up, its replies down) plus the *control traffic*: a Ray call
-# costs about a kilobyte beyond its payload, TCP adds its headers and ACKs (about 7% of a
-# payload), and the nodes exchange heartbeats (about 1 kB/s). All three are measured on the
-# testbed at the run's link speed, with empty calls and with calls carrying an answer's bytes
-# (`actors.hosts.call_bytes`), and multiplied by the calls the syncer counted. The last two
-# columns of the table are wire ÷ (booked + control).
+# **What the wire carried.** Each host's interface counters (every learner's, and the
+# syncer's) are set beside the bytes the run booked for it (answers up, replies down) plus the
+# *control traffic*: a Ray call costs about a kilobyte beyond its payload, the messages it
+# carries (a publish notice, a report) add their pickled bytes, TCP adds its headers and ACKs
+# (a few % of a payload), and the nodes exchange heartbeats (about 1 kB/s). The costs are
+# measured on the testbed at the run's link speed, with empty calls and with calls carrying an
+# answer's bytes, spaced as a run spaces them (`actors.hosts.call_bytes`); the syncer counts
+# the calls each way and the bytes they carried. The last four columns of the table are
+# wire ÷ (booked + control).
 #
 # **Where the model and the testbed part.** Each side's clock against the simulated one:
 

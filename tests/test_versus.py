@@ -120,3 +120,21 @@ def test_the_results_rows_carry_both_speedups_and_the_bytes_with_their_control_t
     assert got[syncer] == pytest.approx(1.1)
     assert got[syncer.replace(", up", ", down")] == pytest.approx(0.84)
     assert [row.get("published") for row in rows] == [20.0] + [None] * 5
+
+
+def test_the_docs_and_the_readme_quote_the_committed_measurement():
+    """docs/systems.md shows `figures/versus.md` (what `make reproduce` wrote from the table),
+    and the README's "20×" paragraph the speed-ups of `figures/versus.csv`."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    table = pd.read_csv(root / "figures" / "versus.csv")
+    shown = versus.markdown(table)
+    assert (root / "figures" / "versus.md").read_text().strip() == shown
+    assert shown in (root / "docs" / "systems.md").read_text()
+    readme = (root / "README.md").read_text()
+    at = {round(r["gbit_per_s"] * 1e3): r for r in table.to_dict("records")}
+    for quoted in (f"**{at[1]['speedup']:.1f}×**", f"(the simulated clock: "
+                   f"{at[1]['sim_speedup']:.1f}×)", f"10 Mbit/s {at[10]['speedup']:.1f}× "
+                   f"({at[10]['sim_speedup']:.1f}×)", f"slower ({at[1000]['speedup']:.2f}×)"):
+        assert quoted in readme

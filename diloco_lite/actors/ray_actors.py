@@ -65,11 +65,8 @@ def actor_classes():
 
     @ray.remote(max_concurrency=4)
     class Learner:
-        def __init__(self, config, m, params, cache_dir, syncer):
+        def __init__(self, config, m, params, cache_dir):
             _process(cache_dir)
-            # the syncer's handle comes here, not with `run`: taking it in loads the Syncer
-            # class from Ray's GCS (some 30 kB through this host's link), before the clock
-            self.syncer = syncer
             from ..clock import Timeline
             from ..clock.schedule import Schedule
             from .learner import LearnerProgram
@@ -81,7 +78,9 @@ def actor_classes():
             self.mail, self.replies, self.upload, self.life = queue.Queue(), {}, False, 0
             self.early, self.taken = {}, 0  # messages ahead of their turn; how many taken
 
-        def ready(self):
+        def ready(self, syncer=None):
+            """Built; taking in the syncer's handle loads the Syncer class from Ray's GCS (some
+            30 kB through this host's link) here, before the clock, not in `run`."""
             return True
 
         def hear(self, message, reply=None, life=0, number=None):
@@ -90,12 +89,11 @@ def actor_classes():
             `number`-th sent to it (None: an "upload")."""
             self.mail.put((message, reply, life, number))
 
-        def run(self, t0, messages=None, back_at=None):
+        def run(self, syncer, t0, messages=None, back_at=None):
             from .agent import LearnerAgent
 
             prog, m, P, tau = self.program, self.m, self.schedule.fragments, \
                 self.schedule.overlap
-            syncer = self.syncer
             period = self.schedule.inner_steps * self.timeline.t_ref
             if back_at is not None:  # a new process after a failure: wait out the window
                 time.sleep(max(0.0, t0 + back_at - time.time()))
@@ -198,9 +196,9 @@ def actor_classes():
             # carry beyond the booked ones (`unbooked_bytes`)
             self.calls, self.unbooked = collections.Counter(), collections.Counter()
 
-        def _count(self, m, way, args, *booked):
+        def _count(self, m, way, unbooked):
             self.calls[m, way] += 1
-            self.unbooked[m, way] += unbooked_bytes(args, *booked)
+            self.unbooked[m, way] += unbooked
 
         def start(self, t0, learners):
             self.t0, self.learners = t0, learners
@@ -216,7 +214,7 @@ def actor_classes():
             """Send what the syncer has to say (under the lock: in order)."""
             for m, message, reply, life, number in self.rt.outbox:
                 self.learners[m].hear.remote(message, reply, life, number)
-                self._count(m, "down", (message, reply, life, number), reply)
+                self._count(m, "down", unbooked_bytes((message, reply, life, number), reply))
             self.rt.outbox.clear()
 
         def _loop(self):  # the timers and the merges
@@ -238,14 +236,15 @@ def actor_classes():
 
         def answered(self, m, life, p, n, payload, since, sent_at, report):
             now = self._now()  # when it arrived, not when the lock was free
+            extra = unbooked_bytes((m, life, p, n, payload, since, sent_at, report), payload)
             with self.lock:
-                self._count(m, "up", (m, life, p, n, payload, since, sent_at, report), payload)
+                self._count(m, "up", extra)
                 self.rt.answered(m, life, p, n, payload, since, sent_at, report, now)
                 self._deliver()
 
         def reported(self, m, life, report, final=None):
             with self.lock:
-                self._count(m, "up", (m, life, report, final))
+                self._count(m, "up", unbooked_bytes((m, life, report, final)))
                 self.rt.reported(m, life, report, final)
 
         def failed(self, m):
@@ -274,7 +273,7 @@ def actor_classes():
             """How many messages learner m's process has been sent, once every event up to its
             step boundary at t is handled (`SyncerRuntime.until`)."""
             with self.lock:
-                self._count(m, "up", (m, life, t))
+                self._count(m, "up", unbooked_bytes((m, life, t)))
             while True:
                 with self.lock:
                     if self.error:
@@ -287,8 +286,9 @@ def actor_classes():
         def peer_state(self, q, inner_state, t):
             import jax
 
+            extra = unbooked_bytes((q, inner_state, t), *jax.tree.leaves(inner_state))
             with self.lock:
-                self._count(q, "up", (q, inner_state, t), *jax.tree.leaves(inner_state))
+                self._count(q, "up", extra)
                 self.rt.peer_state(q, inner_state, t)
                 self._deliver()
 

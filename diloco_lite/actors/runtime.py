@@ -96,10 +96,10 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
             lambda k: {})
         syncer = Syncer.options(num_cpus=0, max_restarts=0, **where(0)).remote(
             config, shared, hold_s, cache_dir)
-        learners = [Learner.options(**opts, **where(m + 1)).remote(config, m, shared, cache_dir,
-                                                                   syncer)
+        learners = [Learner.options(**opts, **where(m + 1)).remote(config, m, shared, cache_dir)
                     for m in range(config.workers)]
-        ray.get([a.ready.remote() for a in learners] + [syncer.status.remote()])  # all built
+        # all built, each learner holding the syncer's class (`Learner.ready`)
+        ray.get([a.ready.remote(syncer) for a in learners] + [syncer.status.remote()])
         t0 = time.time() + start_in_s
         first = ray.get(syncer.start.remote(t0, learners))
         start, metered = (meter(), time.time()) if meter is not None else (None, None)
@@ -146,7 +146,7 @@ def _drive(ray, config, syncer, learners, t0, first, progress, stall_s) -> dict:
     timeline = Timeline(config.cluster, M)
     window = [0] * M
     back_at = [None] * M
-    running = {learners[m].run.remote(t0, first[m]): m for m in range(M)}
+    running = {learners[m].run.remote(syncer, t0, first[m]): m for m in range(M)}
     last, seen = time.time(), -1
     with _progress(config, progress) as bar:
         while True:
@@ -160,7 +160,7 @@ def _drive(ray, config, syncer, learners, t0, first, progress, stall_s) -> dict:
                     _status(ray, syncer)  # the syncer's death ends the run, with its message
                     ray.get(syncer.failed.remote(m))  # (down already: voids its rejoin only)
                     if st["ending"] is None and np.isfinite(back_at[m] or 0.0):
-                        running[learners[m].run.remote(t0, None, back_at[m] or 0.0)] = m
+                        running[learners[m].run.remote(syncer, t0, None, back_at[m] or 0.0)] = m
                 except ray.exceptions.RayTaskError as e:
                     _status(ray, syncer)  # the syncer's death explains it, when it died
                     raise RuntimeError(f"learner {m} failed: {e}") from None

@@ -1,7 +1,7 @@
 """Decoupled DiLoCo against data-parallel training (DDP) over slow links, measured on the testbed:
 the seeds' "20× faster than data-parallel over slow links" at classroom scale.
 
-    python -m diloco_lite.actors.versus            # 4 learner hosts + the syncer's, ~21 minutes
+    python -m diloco_lite.actors.versus            # 4 learner hosts + the syncer's, ~25 minutes
     python -m diloco_lite.actors.versus --quick
 
 Both methods train the default model on the same tokens: M workers, `steps` steps, on M testbed
@@ -193,6 +193,11 @@ def control(host: dict, per_call: dict, booked: dict) -> dict:
     return out
 
 
+def ratio(row: dict, what: str) -> float:
+    """Bytes on the wire ÷ (booked + control) of `what` ("up", "down", "syncer_up", ...)."""
+    return row[f"{what}_wire"] / (row[f"{what}_booked"] + row[f"{what}_control"])
+
+
 def result_rows(table: pd.DataFrame) -> list[dict]:
     """The results table's rows: per link speed, the speed-up measured and simulated, and a
     learner host's bytes on the wire / booked, up and down."""
@@ -214,9 +219,29 @@ def result_rows(table: pd.DataFrame) -> list[dict]:
                         experiment="versus", method="decoupled vs ddp", config=config,
                         metric=f"{host} bytes on the wire / booked with the control traffic, "
                                f"{way} {at}",
-                        value=r[f"{prefix}{way}_wire"] / (r[f"{prefix}{way}_booked"]
-                                                          + r[f"{prefix}{way}_control"])))
+                        value=ratio(r, prefix + way)))
     return rows
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """`table` (one row per link speed) as the markdown table docs/systems.md shows (a test
+    holds the two together)."""
+    lines = ["| link per host | DDP s/step, measured / clock | DDP steps to the target | "
+             "DDP s to it | Decoupled s to it | speed-up, measured | simulated | "
+             "measured ÷ simulated | wire ÷ (booked + control), a learner's host, up / down | "
+             "the syncer's host, up / down |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in table.to_dict("records"):
+        wire = ["–"] * 2
+        for i, at in enumerate(("", "syncer_")):
+            if np.isfinite(r.get(f"{at}up_control", np.nan)):
+                wire[i] = " / ".join(f"{ratio(r, at + w):.2f}" for w in ("up", "down"))
+        lines.append(
+            f"| {r['gbit_per_s'] * 1e3:g} Mbit/s | {r['ddp_s_per_step']:.3g} / "
+            f"{r['sim_ddp_s_per_step']:.3g} | {r['ddp_steps']:.0f} | {r['ddp_s']:.1f} | "
+            f"{r['dec_s']:.1f} | **{r['speedup']:.2f}×** | {r['sim_speedup']:.2f}× | "
+            f"{r['speedup'] / r['sim_speedup']:.2f} | {wire[0]} | {wire[1]} |")
+    return "\n".join(lines)
 
 
 def _payload_size(result) -> int:
@@ -228,8 +253,8 @@ def _payload_size(result) -> int:
 
 def reproduce_job(figures_dir, quick: bool) -> list[dict]:
     """`make reproduce`'s `versus` job: `versus_ddp(**settings(quick))`, the table as
-    `versus.csv`, its figure as `versus.png`, the results rows. Skipped, with a message,
-    without Ray or the testbed."""
+    `versus.csv` (and as markdown, `versus.md`), its figure as `versus.png`, the results rows.
+    Skipped, with a message, without Ray or the testbed."""
     from pathlib import Path
 
     from ..distributed.testbed import _unavailable
@@ -247,6 +272,7 @@ def reproduce_job(figures_dir, quick: bool) -> list[dict]:
     figures_dir = Path(figures_dir)
     figures_dir.mkdir(parents=True, exist_ok=True)
     table.to_csv(figures_dir / "versus.csv", index=False)
+    (figures_dir / "versus.md").write_text(markdown(table) + "\n")  # docs/systems.md shows it
     from ..plots import save
     from ..plots.versus import speedup_chart
 
