@@ -419,12 +419,13 @@ shown = pd.DataFrame({
     "Decoupled s to the target": versus.dec_s,
     "speed-up, measured": versus.speedup,
     "speed-up, simulated": versus.sim_speedup,
-    "learner host's wire / booked, up": versus.up_wire / (versus.up_booked + versus.up_control),
-    "down": versus.down_wire / (versus.down_booked + versus.down_control),
-    "syncer host's, up": versus.syncer_up_wire / (versus.syncer_up_booked
-                                                  + versus.syncer_up_control),
-    "syncer host's, down": versus.syncer_down_wire / (versus.syncer_down_booked
-                                                      + versus.syncer_down_control),
+    # the bytes on the wire ÷ (booked + control), below
+    "learner host, up": versus.up_wire / (versus.up_booked + versus.up_control),
+    "learner host, down": versus.down_wire / (versus.down_booked + versus.down_control),
+    "syncer host, up": versus.syncer_up_wire / (versus.syncer_up_booked
+                                                + versus.syncer_up_control),
+    "syncer host, down": versus.syncer_down_wire / (versus.syncer_down_booked
+                                                    + versus.syncer_down_control),
 }).set_index("link (Mbit/s)")
 display(shown)
 vplots.speedup_chart(versus)
@@ -450,8 +451,8 @@ print(f"at {fast.gbit_per_s * 1e3:g} Mbit/s: {fast.speedup:.2f}× measured, "
 # (a few % of a payload), and the nodes exchange heartbeats (about 1 kB/s). The costs are
 # measured on the testbed at the run's link speed, with empty calls and with calls carrying an
 # answer's bytes, spaced as a run spaces them (`actors.hosts.call_bytes`); the syncer counts
-# the calls each way and the bytes they carried. The last four columns of the table are
-# wire ÷ (booked + control).
+# the calls each way and the bytes they carried. The last four columns of the table ("learner
+# host", "syncer host") are the bytes on the wire ÷ (booked + control).
 #
 # **Where the model and the testbed part.** Each side's clock against the simulated one:
 
