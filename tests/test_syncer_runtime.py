@@ -282,6 +282,7 @@ EXPECT = {
 }
 
 
+@pytest.mark.slow  # real time: about 80 s in all (make test runs them, the Colab lane not)
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_the_wall_clock_syncer_is_the_simulated_run(name):
     """Driven by hand (module docstring), the runtime takes every decision the simulated clock
