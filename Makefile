@@ -44,8 +44,8 @@ test: $(STAMP)
 ## make test-colab: Colab's jax/flax/numpy/pandas/altair, the project installed --no-deps;
 ## the unit tests (on 8 emulated devices, less the pins check and the `slow` ones: processes,
 ## Ray clusters, the testbed, whole exercise notebooks, the reference against the library,
-## the wall-clock syncer's real-time runs; make test runs them) and the quick notebooks but 07 and 08 with all workers vmapped on ONE
-## device, as on a one-chip Colab GPU/TPU runtime (Colab's CPU runtime, 8 emulated devices, is
+## the wall-clock syncer's real-time runs; make test runs them) and the quick notebooks but 07
+## and 08 with all workers vmapped on ONE device, as on a one-chip Colab GPU/TPU runtime (Colab's CPU runtime, 8 emulated devices, is
 ## the unit tests' layout)
 $(COLAB_STAMP): pyproject.toml
 	test -x $(COLAB_PY) || $(COLAB_PYTHON) -m venv $(COLAB_VENV)

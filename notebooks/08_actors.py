@@ -109,6 +109,7 @@ import pandas as pd
 from IPython.display import display
 
 from diloco_lite.actors import train_actors
+from diloco_lite.actors.versus import ratio as wire_ratio
 from diloco_lite import paths
 from diloco_lite.plots import actors as aplots
 from diloco_lite.plots import save
@@ -420,12 +421,8 @@ shown = pd.DataFrame({
     "speed-up, measured": versus.speedup,
     "speed-up, simulated": versus.sim_speedup,
     # the bytes on the wire ÷ (booked + control), below
-    "learner host, up": versus.up_wire / (versus.up_booked + versus.up_control),
-    "learner host, down": versus.down_wire / (versus.down_booked + versus.down_control),
-    "syncer host, up": versus.syncer_up_wire / (versus.syncer_up_booked
-                                                + versus.syncer_up_control),
-    "syncer host, down": versus.syncer_down_wire / (versus.syncer_down_booked
-                                                    + versus.syncer_down_control),
+    **{f"{host} host, {way}": wire_ratio(versus, prefix + way)
+       for host, prefix in (("learner", ""), ("syncer", "syncer_")) for way in ("up", "down")},
 }).set_index("link (Mbit/s)")
 display(shown)
 vplots.speedup_chart(versus)
@@ -448,7 +445,7 @@ print(f"at {fast.gbit_per_s * 1e3:g} Mbit/s: {fast.speedup:.2f}× measured, "
 # syncer's) are set beside the bytes the run booked for it (answers up, replies down) plus the
 # *control traffic*: a Ray call costs about a kilobyte beyond its payload, the messages it
 # carries (a publish notice, a report) add their pickled bytes, TCP adds its headers and ACKs
-# (a few % of a payload), and the nodes exchange heartbeats (about 1 kB/s). The costs are
+# (about 1% of a payload), and the nodes exchange heartbeats (about 1 kB/s). The costs are
 # measured on the testbed at the run's link speed, with empty calls and with calls carrying an
 # answer's bytes, spaced as a run spaces them (`actors.hosts.call_bytes`); the syncer counts
 # the calls each way and the bytes they carried. The last four columns of the table ("learner

@@ -161,9 +161,8 @@ class SyncerRuntime(Rejoins, Merges):
             heapq.heappop(self.timers)
             # a publish counts from the time its notice gave the learners (they apply on it),
             # even when its merge was computed later than that
-            t, self.kind = (self._now(t) if kind != PUBLISH else t), kind
-            if kind == PUBLISH:
-                self.clock = max(self.clock, t)
+            clock = self._now(t)
+            t, self.kind = (t if kind == PUBLISH else clock), kind
             if kind == ASK:
                 self.books.syncer(t, ASK, "ask", p)
                 self._act(self.state.ask(p, t), t)

@@ -193,8 +193,9 @@ def control(host: dict, per_call: dict, booked: dict) -> dict:
     return out
 
 
-def ratio(row: dict, what: str) -> float:
-    """Bytes on the wire ÷ (booked + control) of `what` ("up", "down", "syncer_up", ...)."""
+def ratio(row, what: str):
+    """Bytes on the wire ÷ (booked + control) of `what` ("up", "down", "syncer_up", ...) in a
+    table row (or, column by column, in the whole table)."""
     return row[f"{what}_wire"] / (row[f"{what}_booked"] + row[f"{what}_control"])
 
 
