@@ -74,8 +74,9 @@ class Sync:
 
 def decoupled(config, params=None, log: list | None = None) -> list:
     """Train `config` (a `RunConfig` of `DecoupledDiLoCo()`); return Θ (one array per tensor).
-    `log`, a list, receives `(time, what, learner, fragment)` for every step, ask, answer,
-    close (its learner: the tuple of those merged), publish, apply, failure and rejoin."""
+    `log`, a list, receives `(time, what, learner, fragment)` for every step, ask, answer (sent),
+    arrive (an answer reaches the syncer, merged or not), close (its learner: the tuple of those
+    merged), publish, apply, fail, rejoin and flush (the tuple of learners averaged in)."""
     return Run(config, params, log).run()
 
 
@@ -210,6 +211,7 @@ class Run:
 
     def answer_arrives(self, t, p, m, sync):
         """Learner m's answer is in: with K of them, the grace window starts."""
+        self.note(t, "arrive", m, p)
         S = self.syncs[p]
         if S is None or S.id != sync or m not in S.answers:
             return  # the sync closed without it, or m failed since it sent it
@@ -270,8 +272,11 @@ class Run:
         """The end: each fragment's work since the learners took the newest Θ_p (the learners
         up with no Θ_p still due), averaged in by token weight, with no outer step."""
         for p, idx in enumerate(self.frags):
-            who = [L for L in self.learners if L.up and p not in L.due and L.since[p] >= 1]
+            ids = [m for m, L in enumerate(self.learners)
+                   if L.up and p not in L.due and L.since[p] >= 1]
+            who = [self.learners[m] for m in ids]
             if who:
+                self.note(t, "flush", tuple(ids), p)
                 delta = split_merge(None, [(L.since[p] * self.tokens) ** 2 / L.since[p]
                                            for L in who],
                                     [[quantize(L.base[i] - L.params[i], self.algo.bits)
