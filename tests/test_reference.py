@@ -171,10 +171,3 @@ def test_decoupled_everything_at_once():
     log = []
     assert_equal_runs(cfg, reference.decoupled(cfg, log=log), quantized=True)
     assert [w for _, w, _, _ in log].count("rejoin") >= 2
-
-
-def test_the_reference_rejects_what_it_does_not_cover():
-    with pytest.raises(ValueError, match="DecoupledDiLoCo.fragmentation"):
-        reference.decoupled(tiny_run(D(fragments=2, fragmentation="layers")))
-    with pytest.raises(ValueError, match="DDP.elastic"):
-        reference.ddp(tiny_run(dl.DDP(elastic=True)))

@@ -68,6 +68,21 @@ def setup(config, params=None) -> Setup:
     return Setup(init, loss, step, optimizer, batch, names, treedef)
 
 
+def refuse_lockstep(config, method: str) -> None:
+    """A ValueError naming each setting of a lock-step method (`method`: its class name) that
+    the reference does not model: failures (and elasticity), and an outer optimizer other than
+    its outer Nesterov step."""
+    a = config.algorithm
+    check(type(a).__name__ == method, "RunConfig.algorithm", type(a).__name__, f"{method}()")
+    check(not a.elastic, f"{method}.elastic", a.elastic, "False in the reference")
+    failures = config.cluster.failures if config.cluster is not None else ()
+    check(not failures, "Cluster.failures", failures,
+          "none in the reference's lock-step methods")
+    if hasattr(a, "outer_optimizer"):
+        check(a.outer_optimizer is None, f"{method}.outer_optimizer", "custom",
+              "None in the reference (its outer Nesterov step, outer_lr and momentum 0.9)")
+
+
 def inner_optimizer(config) -> optax.GradientTransformation:
     """`config.inner_optimizer`, else AdamW (β₁ 0.9, β₂ 0.95, weight decay 0.1) on gradients
     clipped to norm 1, its lr warming up linearly for `warmup_steps`, then a cosine down to 10%

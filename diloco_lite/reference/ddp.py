@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import jax
 
-from ..validate import check
-from .common import setup
+from .common import refuse_lockstep, setup
 
 
 def ddp(config, params=None) -> list:
     """Train `config` (a `RunConfig` of `DDP()`) and return the parameters (a list of leaves)."""
-    check(not config.algorithm.elastic, "DDP.elastic", True, "False in the reference")
+    refuse_lockstep(config, "DDP")
     run = setup(config, params)
     theta, opt_state = run.init, run.optimizer.init(run.init)
     grad = jax.jit(jax.grad(run.loss))

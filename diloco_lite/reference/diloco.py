@@ -3,11 +3,12 @@ workers' moves are averaged into one pseudo-gradient Δ and an outer Nesterov st
 
 from __future__ import annotations
 
-from .common import outer_nesterov, setup
+from .common import outer_nesterov, refuse_lockstep, setup
 
 
 def diloco(config, params=None) -> list:
     """Train `config` (a `RunConfig` of `DiLoCo()`) and return θ (a list of leaves)."""
+    refuse_lockstep(config, "DiLoCo")
     algo, M = config.algorithm, config.workers
     run = setup(config, params)
     theta = run.init

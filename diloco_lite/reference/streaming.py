@@ -5,11 +5,19 @@ meanwhile), and the pseudo-gradients sent in b bits."""
 from __future__ import annotations
 
 from ..validate import check
-from .common import balanced_fragments, first_send, outer_nesterov, quantize, setup
+from .common import (
+    balanced_fragments,
+    first_send,
+    outer_nesterov,
+    quantize,
+    refuse_lockstep,
+    setup,
+)
 
 
 def streaming(config, params=None) -> list:
     """Train `config` (a `RunConfig` of `StreamingDiLoCo()`) and return θ (a list of leaves)."""
+    refuse_lockstep(config, "StreamingDiLoCo")
     a, M = config.algorithm, config.workers
     check(a.fragmentation == "balanced", "StreamingDiLoCo.fragmentation", a.fragmentation,
           "'balanced' in the reference")
