@@ -18,25 +18,43 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/04_decoupled_diloco.ipynb)
 #
-# > - **You will learn** how Decoupled DiLoCo trains without a barrier: learners that step at their
-# > own pace, a syncer that merges whatever answers come in (quorum, grace window, token
-# > weights, Radial-Directional Averaging), failures that cost only the failed learner's work.
-# > You read the whole method as one short program, run it, check the fast library against it,
-# > and race it against DiLoCo with a slow learner and with failing machines.
+# > - **You will learn** how Decoupled DiLoCo trains without a barrier. You build its syncer in
+# > five layers, each a short change to the last, run each one and check it: learners that
+# > never wait; the quorum and the grace window; token weights and Radial-Directional
+# > Averaging; failures and rejoin; finite links and 4-bit answers. The last layer equals the
+# > readable reference and the fast library.
 # > - **You need** notebooks 02 (DiLoCo: inner steps, the pseudo-gradient Δ, the outer Nesterov
-# > step) and 03 (fragments, the overlap τ, the mixing α, b-bit deltas).
-# > - **Time:** quick ≈ 1 min; full ≈ 45 min of training the first time (cached: seconds after).
-# > - **Quick or full:** quick (smaller runs, same code) is on in Colab and CI; elsewhere run
-# > `%env DILOCO_LITE_QUICK=1` before the first cell (`=0`: full on Colab).
+# > step) and 03 (fragments, the schedule, the overlap τ, the mixing α, b-bit deltas).
+# > - **Time:** about 1 minute to run (quick and full are the same here); an hour to read and
+# > rebuild. Notebook 04b races the method against DiLoCo with slow and failing machines.
 #
 # Streaming DiLoCo (notebook 03) talks little, but every sync is still a **barrier**: one slow
 # machine sets everybody's pace, one failure stops everyone. Decoupled DiLoCo (Douillard et al.
-# 2026) removes it: the workers, here **learners**, never wait for each other; a central
-# **syncer** owns the global parameters Θ, fragment by fragment. What it buys is *time*, so
-# every run here lives on one **simulated clock**: `dl.Cluster` says how long each learner's
-# step takes, what its **link** costs (bandwidth, latency) and when a learner fails and comes
-# back (none: 1 s a step, a free link). The syncer's schedule counts **reference steps** of
-# t_ref seconds, the median learner's step time.
+# 2026) removes it.
+#
+# **The words**, before any code:
+#
+# - a **learner** is one of the M workers: it trains its own copy θ_m with its own AdamW and
+#   **never waits** for anybody;
+# - the **syncer** is a separate process that owns the global parameters Θ, cut into the
+#   **fragments** Θ_p of notebook 03, and one outer Nesterov state per fragment;
+# - the run lives on a **simulated clock**: `dl.Cluster` says how long each learner's step
+#   takes, what its **link** costs and when it fails. The syncer counts **reference steps** of
+#   t_ref seconds, the median learner's step time, and follows Streaming DiLoCo's schedule on
+#   them: fragment p every H reference steps, offsets spread over the period;
+# - a **sync** of fragment p: the syncer **asks** every learner; each **answers** at its next
+#   step boundary with its pseudo-gradient Δ = base − θ on that fragment, where its **base**
+#   is the Θ_p it last took; the syncer **closes** the sync, **merges** the answers into one Δ,
+#   takes the outer step on Θ_p and sends it back: the new Θ_p is **published** when it has
+#   reached the learners; each learner **applies** it τ of its own steps after the ask:
+#   θ ← αθ + (1 − α)Θ_p, and Θ_p becomes its base;
+# - everything is an **event** with a time on one heap (a step ends, an ask, an answer arrives,
+#   a publish, ...); at equal times the kinds run in a fixed order.
+#
+# **What is published, what is ours.** The paper was available to this project through its
+# abstract and second-hand descriptions only. Each rule below is marked **(published)**: the
+# paper's descriptions state it, or **(reconstructed)**: a choice of this project that holds
+# the published properties (docs/algorithms.md §4 has the full list).
 
 # %%
 # Where Colab installs diloco_lite from: this project's repository, your fork
@@ -61,149 +79,551 @@ import diloco_lite as dl
 dl.emulate_devices(8)  # first, before any other JAX work
 
 # %%
-import inspect
-import time
+import dataclasses
+import heapq
+import itertools
+import math
 
 import jax
 import numpy as np
-import pandas as pd
-from IPython.display import Code, display
 
 from diloco_lite import plots, reference
+from diloco_lite.clock import Timeline
 from diloco_lite.plots import decoupled as dplots
-from diloco_lite.reference.decoupled import Learner, Run, Sync
-
-dl.enable_compilation_cache()  # sweeps recompile the same programs: keep them on disk
-QUICK = dl.quick_mode()
-session = dl.Session(QUICK)  # runs shared with `make reproduce` (runs/), figures under figures/
-pd.set_option("display.float_format", lambda x: f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:,.4g}")
+from diloco_lite.reference.common import (balanced_fragments, first_send, outer_nesterov,
+                                          payload_bytes, quantize, setup, split_merge,
+                                          weighted_mean)
+from diloco_lite.reference.decoupled import Core, Failures, Quorum, Weighted  # its layers 1–4
+dl.enable_compilation_cache()
 plots.enable()
 
-
-def show(fn):  # the reference's own source, as you would read it in the module
-    display(Code(inspect.getsource(fn), language="python"))
-
-
-# A small run for reading: 4 learners of a tiny model (the same in quick and full mode)
+# Small runs for reading: 4 learners of a tiny model
 TINY = dict(model=dl.ModelConfig(d_model=32, n_layers=1, n_heads=2), batch_size=4, seq_len=64,
-            eval_every=8)
+            eval_every=8, workers=4, steps=12)
+D = dl.DecoupledDiLoCo
+PLAIN = dict(inner_steps=4, fragments=2, overlap=1, bits=32, quorum=4, merge="mean")
+
+
+def gap(a, b):  # the largest difference between two parameter lists
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
 
 # %% [markdown]
-# ## 1. The method as one program
+# ## 1. Layer 1: learners that never wait
 #
-# `diloco_lite.reference.decoupled` writes Decoupled DiLoCo as a **discrete-event program**: a
-# heap of events ordered by simulated time, each handled by one short method. It computes
-# every step for real (one learner at a time, on one device), so it is the method's
-# specification: slow, but every rule is a line you can read. A learner is its parameters θ,
-# its optimizer state, its **base** (the global fragment it last took: its pseudo-gradient is
-# Δ = base − θ) and a few counters; a sync is one round of the syncer for one fragment:
-
-# %%
-show(Learner)
-show(Sync)
-
-# %% [markdown]
-# **The event loop.** Each learner's next step boundary is on the heap, with the syncer's
-# asks, the answers on their way, the grace deadlines and the publishes. At equal times the
-# kinds run in a fixed order (`ASK, BOUNDARY, ANSWER, DEADLINE, PUBLISH, APPLY, FAIL, REJOIN`):
-# an ask reaches a learner that ends a step at that very instant. The run ends when the learners
-# *together* have taken M × `steps` steps, the tokens the lock-step methods use; a fast learner
-# simply takes more of them.
-
-# %%
-show(Run.run)
-
-# %% [markdown]
-# **A learner never waits.** At each step boundary it answers the asks it holds: Δ of that
-# fragment, in b bits, through its own link (first in, first out). It skips a fragment whose
-# last answer was merged but whose result it has not applied yet (its Δ would hold merged steps
-# again). Then it applies every published fragment that is due, τ of its own steps after the
-# ask: θ ← αθ + (1 − α)Θ_p, and Θ_p becomes its base. Then it starts the next step.
-
-# %%
-show(Run.boundary)
-show(Run.apply)
-
-# %% [markdown]
-# **The syncer** asks every learner that is up, waits for a **quorum** of K answers (arrived,
-# not just sent), then a **grace window** that costs no compute: the learners need the result
-# τ reference steps after the ask, so the syncer may wait
-# $g = s \cdot \max(0,\ \tau\, t_\text{ref} - (t_\text{quorum} - t_\text{ask}) - t_\text{reply})$
-# longer (safety factor s, `grace_safety`), and closes at once when no learner that is up is
-# still awaited.
-
-# %%
-show(Run.answer_arrives)
-show(Run.close_if_done)
-
-# %% [markdown]
-# At the **publish** the merge happens. Each answer has a **token weight**
-# $w_m = \text{tokens}_m \cdot \text{tokens}_m / \text{steps}_m$ (tokens since its base: how much
-# work, times tokens per step: how good each step was). The answers are merged by
-# **Radial-Directional Averaging** (RDA): average the lengths and the directions separately,
+# The first layer holds the whole shape of the method and nothing else: the syncer asks, every
+# learner answers at its own next step boundary and goes on stepping (published: no learner
+# ever waits); the syncer closes a sync when **every** learner's answer is in, merges them by
+# the **plain mean**, takes the outer Nesterov step of notebook 02 on Θ_p and publishes it;
+# each learner applies it τ of its own steps after the ask (reconstructed: counted from its
+# first boundary after the ask, and never before the publish). The link is free and the
+# answers are exact. Two rules keep the arithmetic right (both reconstructed):
 #
-# $$ r = \frac{\sum_m w_m \lVert\Delta_m\rVert}{\sum_m w_m}, \quad
-#    u = \sum_m w_m \frac{\Delta_m}{\lVert\Delta_m\rVert}, \quad
-#    \Delta = r \, \frac{u}{\lVert u \rVert}, $$
+# - a learner whose last answer of p was merged answers the next ask of p only once it has
+#   applied that merge: before, its Δ still holds steps the syncer already merged;
+# - the run ends when the learners *together* have taken M × `steps` steps, the tokens the
+#   lock-step methods use (a fast learner takes more of them). Then what is in flight is
+#   published and each fragment's remaining work is averaged in once, with no outer step (the
+#   **flush**).
 #
-# (the embeddings, whose rows only some tokens touch, by the weighted mean), then the outer
-# Nesterov step of notebook 02 moves Θ_p. The syncer sends the new Θ_p (in b bits) to each
-# learner that is up, one copy after the other through its own link: it is **published** when the
-# last copy has arrived. That message is also how the learners hear that the sync is closed: an
-# answer sent before it arrives is booked but left out. The next ask is the first scheduled one
-# after now.
+# First the state: a learner and an open sync.
 
 # %%
-show(reference.common.rda)
-show(Run.publish)
+@dataclasses.dataclass
+class Learner:
+    params: list     # θ_m, one array per tensor
+    opt_state: object  # its AdamW state
+    base: list       # the Θ it last took, tensor by tensor: Δ = base − θ
+    since: list      # per fragment: its steps since that base
+    steps: int = 0   # steps taken: the index of its next batch
+    up: bool = True  # (layer 4)
+    failures: int = 0  # failure windows behind it (layer 4)
+    asked: dict = dataclasses.field(default_factory=dict)     # fragment -> sync to answer
+    ask_step: dict = dataclasses.field(default_factory=dict)  # fragment -> its steps at the ask
+    due: dict = dataclasses.field(default_factory=dict)       # fragment -> apply at this step
+    merged: set = dataclasses.field(default_factory=set)      # merged, not applied yet
+
+
+@dataclasses.dataclass
+class Sync:
+    id: int
+    asked_t: float
+    unanswered: set  # learners whose answer has not left yet
+    answers: dict = dataclasses.field(default_factory=dict)  # learner -> (weight, Δ)
+    arrived: set = dataclasses.field(default_factory=set)    # answers in at the syncer
+    quorum_t: float | None = None  # (layer 2)
+    deadline: float = math.inf     # (layer 2)
+
+
+ASK, BOUNDARY, ARRIVE, DEADLINE, PUBLISH, APPLY, FAIL, REJOIN = range(8)  # order at equal times
+HANDLERS = ("ask", "boundary", "arrive", "deadline", "publish", "apply", "fail", "rejoin")
 
 # %% [markdown]
-# **Failures.** A failed learner loses its state and its unmerged work; the syncer drops its
-# answers (weight 0) and leaves it out of the quorum. Back, it loads Θ and a healthy peer's
-# optimizer state, and answers the syncs still open. At the end, the syncer averages in each
-# fragment's remaining work once more (`flush`: plain weighted mean, no outer step).
+# Now the layer. Read `boundary` (a learner's step, its answers, then what is due), `ask`,
+# `arrive`, `close`, `publish` (the syncer) and `finish` (the end). The four one-line methods at
+# the bottom are the link and the bits, free and exact until layer 5.
 
 # %%
-show(Run.fail)
-show(Run.rejoin)
+class Layer1:
+    def __init__(self, config, log=None):
+        a, self.algo, self.log = config.algorithm, config.algorithm, log
+        self.s = s = setup(config)  # the model, the data, one learner's AdamW step
+        self.M, self.budget = config.workers, config.workers * config.steps
+        self.clock, self.tokens = Timeline(config.cluster, self.M), config.batch_size * config.seq_len
+        self.frags = balanced_fragments(s.init, a.fragments)
+        self.theta, self.velocity = list(s.init), [0.0 * x for x in s.init]
+        self.learners = [Learner(list(s.init), s.optimizer.init(s.init), list(s.init),
+                                 [0] * a.fragments) for _ in range(self.M)]
+        self.syncs = [None] * a.fragments
+        self.ask_at = [first_send(p, a.inner_steps, a.fragments) for p in range(a.fragments)]
+        self.taken, self.heap, self.seq, self.ids = 0, [], itertools.count(), itertools.count()
+
+    def run(self):
+        for m in range(self.M):
+            self.start_step(0.0, m)
+        for p in range(len(self.frags)):
+            self.push(self.step_time(self.ask_at[p]), ASK, p)
+        t = 0.0
+        while self.heap and not (self.taken == self.budget and self.heap[0][0] > t):
+            t, kind, _, data = heapq.heappop(self.heap)
+            getattr(self, HANDLERS[kind])(t, *data)
+        return self.finish(t)
+
+    def start_step(self, t, m):
+        self.push(t + self.clock.duration(m, self.learners[m].steps), BOUNDARY, m)
+
+    def boundary(self, t, m):  # learner m ends a step: it answers, then applies what is due
+        if self.taken == self.budget:
+            return
+        L, s = self.learners[m], self.s
+        L.params, L.opt_state = s.step(L.params, L.opt_state, s.batch(L.steps)[m])
+        L.steps, L.since, self.taken = L.steps + 1, [n + 1 for n in L.since], self.taken + 1
+        self.note(t, "step", m)
+        for p in sorted(L.asked):
+            L.ask_step.setdefault(p, L.steps)
+            if p in L.merged:
+                continue  # answer once it has applied the merge of its last answer
+            sync, S = L.asked.pop(p), self.syncs[p]
+            if S is not None and S.id == sync and m in S.unanswered:
+                S.unanswered.discard(m)
+                S.answers[m] = (self.weight(L, p), self.delta(L, p))
+            self.push(self.answer_arrives_at(t, m, p), ARRIVE, p, m, sync)
+            self.note(t, "answer", m, p)
+        self.push(t, APPLY, m)
+
+    def apply(self, t, m):  # θ ← αθ + (1 − α)Θ_p, base ← Θ_p, for each fragment due
+        L, alpha = self.learners[m], self.algo.mix
+        for p in [p for p, step in L.due.items() if L.steps >= step]:
+            for i in self.frags[p]:
+                L.params[i] = alpha * L.params[i] + (1 - alpha) * self.theta[i]
+                L.base[i] = self.theta[i]
+            L.since[p] = 0
+            L.merged.discard(p)
+            del L.due[p]
+            self.note(t, "apply", m, p)
+        if self.taken < self.budget:
+            self.start_step(t, m)
+
+    def weight(self, L, p):
+        return 1.0  # the plain mean
+
+    def delta(self, L, p):
+        return [self.encode(L.base[i] - L.params[i]) for i in self.frags[p]]
+
+    def ask(self, t, p):  # the syncer opens a sync of fragment p
+        S = self.syncs[p] = Sync(next(self.ids), t, set(range(self.M)))
+        for L in self.learners:
+            if L.up:
+                L.asked[p] = S.id
+        self.note(t, "ask", None, p)
+
+    def arrive(self, t, p, m, sync):
+        self.note(t, "arrive", m, p)
+        S = self.syncs[p]
+        if S is None or S.id != sync or m not in S.answers:
+            return  # too late for its sync
+        S.arrived.add(m)
+        self.close_if_done(t, p)
+
+    def awaited(self, S):  # learners up whose answer is not in
+        return [m for m, L in enumerate(self.learners)
+                if L.up and (m in S.unanswered or (m in S.answers and m not in S.arrived))]
+
+    def close_if_done(self, t, p):
+        S = self.syncs[p]
+        if S is not None and not self.awaited(S):
+            self.close(t, p)
+
+    def close(self, t, p):
+        S, self.syncs[p] = self.syncs[p], None
+        self.push(self.published_at(t, p), PUBLISH, p, {m: S.answers[m] for m in sorted(S.arrived)})
+        self.note(t, "close", tuple(sorted(S.arrived)), p)
+
+    def merge(self, p, weights, deltas):
+        return weighted_mean(deltas, weights)
+
+    def publish(self, t, p, answers):  # the outer step; each learner up applies τ steps later
+        idx, a = self.frags[p], self.algo
+        delta = self.merge(p, [w for w, _ in answers.values()], [d for _, d in answers.values()])
+        new, vel = outer_nesterov([self.theta[i] for i in idx], [self.velocity[i] for i in idx],
+                                  delta, a.outer_lr)
+        for i, x, v in zip(idx, new, vel, strict=True):
+            self.theta[i], self.velocity[i] = self.reply(self.theta[i], x), v
+        for m, L in enumerate(self.learners):
+            if m in answers:
+                L.merged.add(p)
+            if L.up:
+                L.due[p] = min(L.due.get(p, math.inf), L.ask_step.get(p, L.steps + 1) + a.overlap)
+            L.ask_step.pop(p, None)
+            L.asked.pop(p, None)
+        self.note(t, "publish", None, p)
+        k = self.ask_at[p] + a.inner_steps  # the next ask: the first scheduled after now
+        while self.step_time(k) <= t:
+            k += a.inner_steps
+        self.ask_at[p] = k
+        self.push(self.step_time(k), ASK, p)
+
+    def finish(self, t):  # in-flight publishes, then the flush (plain weighted mean, no outer step)
+        for when, kind, _, data in sorted(self.heap):
+            if kind == PUBLISH:
+                self.publish(when, *data)
+                t = max(t, when)
+        for p, idx in enumerate(self.frags):
+            who = [m for m, L in enumerate(self.learners)
+                   if L.up and p not in L.due and L.since[p] >= 1]
+            if who:
+                Ls = [self.learners[m] for m in who]
+                delta = weighted_mean([self.delta(L, p) for L in Ls],
+                                      [self.weight(L, p) for L in Ls])
+                for i, d in zip(idx, delta, strict=True):
+                    self.theta[i] = self.reply(self.theta[i], self.theta[i] - d)
+                self.note(t, "flush", tuple(who), p)
+        return self.theta
+
+    def encode(self, x):  # the link and the bits, free and exact until layer 5
+        return x
+
+    def reply(self, old, new):
+        return new
+
+    def answer_arrives_at(self, t, m, p):
+        return t
+
+    def published_at(self, t, p):
+        return t
+
+    def push(self, t, kind, *data):
+        heapq.heappush(self.heap, (t, kind, next(self.seq), data))
+
+    def step_time(self, k):  # when reference step k ends (t_ref added up k times)
+        t = 0.0
+        for _ in range(k):
+            t += self.clock.t_ref
+        return t
+
+    def note(self, t, what, m=None, p=None):
+        if self.log is not None:
+            self.log.append((t, what, m, p))
+
 
 # %% [markdown]
-# ## 2. Run it: one ask, by hand
-#
-# Five learners with step times 1, 1, 1, 1.5 and 3 s (t_ref, the median, is 1 s), H = 4, one
-# fragment, τ = 2, K = 2, safety s = 0.5, a free link. The first ask comes after reference step
-# 4, at T = 4 s:
-#
-# - learners 0, 1, 2 are at a boundary: they answer at 4 s, with 4 steps each;
-# - learner 3 ends its 3rd step at 4.5 s; learner 4 its 2nd at 6 s;
-# - the quorum (2 answers) is there at 4 s; slack = 2 · 1 − 0 − 0 = 2 s, grace g = 1 s: the
-#   syncer closes at 5 s with learners 0–3, weights ∝ 4, 4, 4, 3 steps. Learner 4 misses it.
+# **Check it.** With every learner equally fast, one fragment, τ = 0 and exact answers, every
+# ask finds every learner at the same step boundary and every answer is merged at once: the
+# method *is* DiLoCo. So layer 1 must give `reference.diloco`'s parameters, the reference's
+# own layer 1 (`Core`), and the fast library's (`dl.train`, 8 emulated devices):
 
 # %%
-case = dl.RunConfig(algorithm=dl.DecoupledDiLoCo(inner_steps=4, fragments=1, overlap=2,
-                                                 quorum=2, grace_safety=0.5),
-                    workers=5, steps=12, cluster=dl.Cluster(step_time_s=(1, 1, 1, 1.5, 3)),
-                    **TINY)
+sync = dl.RunConfig(algorithm=D(**{**PLAIN, "fragments": 1, "overlap": 0}), **TINY)
+theta1 = Layer1(sync).run()
+diloco = reference.diloco(dataclasses.replace(sync, algorithm=dl.DiLoCo(inner_steps=4)))
+library = jax.tree.leaves(dl.train(sync, progress=False).params)
+print(f"against DiLoCo {gap(theta1, diloco):.1e}, the reference's Core "
+      f"{gap(theta1, Core(sync).run()):.1e}, dl.train {gap(theta1, library):.1e}")
+assert gap(theta1, diloco) < 1e-6 and gap(theta1, library) < 1e-5
+
+# %% [markdown]
+# Now make learner 3 half again as slow. **Predict first:** lock-step DiLoCo would take 12 × 1.5
+# = 18 s for 12 rounds. When does the last learner step here?
+#
+# <details><summary>Answer</summary>About 48 / 3.67 ≈ 13 s: the four learners do 3.67 steps a
+# second together and the run ends after M × steps = 48 of them; nobody waits for learner 3,
+# which simply takes fewer steps (its answers count less only from layer 3 on).</details>
+
+# %%
+slow = dataclasses.replace(sync, algorithm=D(**PLAIN),
+                           cluster=dl.Cluster(step_time_s=(1, 1, 1, 1.5)))
 log = []
-reference.decoupled(case, log=log)
-first_close = next((t, who) for t, what, who, _ in log if what == "close")
-print("first close:", first_close)
-assert first_close == (5.0, (0, 1, 2, 3))
+theta1 = Layer1(slow, log).run()
+steps = [sum(1 for _, w, m, _ in log if w == "step" and m == k) for k in range(4)]
+print(f"last step at {max(t for t, w, *_ in log if w == 'step'):.2f} s; steps per learner "
+      f"{steps}; against the reference's Core {gap(theta1, Core(slow).run()):.1e}")
+assert gap(theta1, Core(slow).run()) < 1e-6
 
 # %% [markdown]
-# And a run to look at: 4 learners, learner 3 half again as slow, learner 1 down from 6.5 s to
-# 9.2 s, two fragments, τ = 1, K = 2, 4-bit answers, links with 0.3 s latency. Each lane is a
-# learner (grey ticks: its steps; shaded: down), the top lane the syncer:
+# ## 2. Layer 2: the quorum and the grace window
+#
+# Layer 1 still waits for the slowest learner *at the syncer*: a sync stays open until every
+# answer is in, and the learners apply its result late. Layer 2 closes earlier.
+#
+# - **Quorum** (published, K = 1 in the paper): the syncer may close once K answers are in
+#   from learners that are up; t_quorum is the instant the K-th arrived.
+# - **Grace window** (published as an adaptive grace window; its formula is reconstructed):
+#   the learners need the result τ reference steps after the ask, so the syncer may wait a
+#   little longer without costing anybody compute. What is left of those τ steps, once the
+#   wait for the quorum and the reply's trip back (t_reply) are paid, is the slack:
+#
+#   $$ g = s \cdot \max\big(0,\ \tau\, t_\text{ref} - (t_\text{quorum} - t_\text{ask}) -
+#      t_\text{reply}\big) $$
+#
+#   (s: the safety factor, `grace_safety`). It closes at the end of the window, or at once when
+#   no learner that is up is still awaited. On a free link t_reply = 0 (`reply_trip`).
+#
+# The diff: a deadline event, and a close that needs the quorum.
 
 # %%
-scenario = dl.RunConfig(
-    algorithm=dl.DecoupledDiLoCo(inner_steps=4, fragments=2, overlap=1, bits=4, quorum=2),
-    workers=4, steps=12, **TINY, cluster=dl.Cluster(step_time_s=(1, 1, 1, 1.5),
-                                                    failures=((1, 6.5, 9.2),),
-                                                    link=dl.Link(latency_s=0.3)))
-log, start = [], time.perf_counter()
-theta_reference = reference.decoupled(scenario, log=log)
-reference_s = time.perf_counter() - start
+class Layer2(Layer1):
+    def arrive(self, t, p, m, sync):
+        super().arrive(t, p, m, sync)  # counted; closed if nobody is awaited
+        S, a = self.syncs[p], self.algo
+        if S is not None and S.quorum_t is None and len(S.arrived) >= a.quorum:
+            S.quorum_t = t
+            slack = a.overlap * self.clock.t_ref - ((t - S.asked_t) + self.reply_trip(t, p))
+            S.deadline = t + (a.grace_safety * slack if slack > 0 else 0.0)
+            self.push(S.deadline, DEADLINE, p, S.id)
+            self.close_if_done(t, p)
+
+    def deadline(self, t, p, sync):  # the window is over: close with what has arrived
+        S = self.syncs[p]
+        if S is not None and S.id == sync and t >= S.deadline:
+            self.close(t, p)
+
+    def close_if_done(self, t, p):
+        S = self.syncs[p]
+        if S is not None and S.quorum_t is not None and not self.awaited(S):
+            self.close(t, p)
+
+    def reply_trip(self, t, p):
+        return 0.0  # a free link
+
+
+# %% [markdown]
+# **Work one by hand.** Five learners with step times 1, 1, 1, 1.5 and 3 s (t_ref, the median,
+# is 1 s), H = 4, one fragment, τ = 2, K = 2, s = 0.5. The first ask comes after reference
+# step 4, at 4 s. **Predict:** when does the syncer close, and whose answers does it hold?
+#
+# <details><summary>Answer</summary>Learners 0–2 are at a boundary at 4 s and answer at once:
+# the quorum is there at 4 s. Slack = 2 · 1 − 0 − 0 = 2 s, so the window is 1 s. Learner 3
+# ends its 3rd step at 4.5 s and answers; learner 4 ends its 2nd only at 6 s. The syncer
+# closes at 5 s with learners 0–3.</details>
+
+# %%
+case = dl.RunConfig(algorithm=D(inner_steps=4, fragments=1, overlap=2, quorum=2,
+                                grace_safety=0.5, bits=32, merge="mean"),
+                    **{**TINY, "workers": 5}, cluster=dl.Cluster(step_time_s=(1, 1, 1, 1.5, 3)))
+log = []
+theta2 = Layer2(case, log).run()
+first_close = next((t, who) for t, what, who, _ in log if what == "close")
+print("first close:", first_close, f"| against the reference's Quorum "
+      f"{gap(theta2, Quorum(case).run()):.1e}")
+assert first_close == (5.0, (0, 1, 2, 3))
+assert gap(theta2, Quorum(case).run()) < 1e-6
+
+# %% [markdown]
+# ## 3. Layer 3: token weights and Radial-Directional Averaging
+#
+# The answers of one sync are not worth the same: a slow learner's Δ holds fewer steps.
+#
+# - **Token weights** (published: the merge weighs each learner by its tokens; the exact
+#   form is reconstructed): each answer counts with
+#   $w_m = \text{tokens}_m \cdot (\text{tokens}_m / \text{steps}_m)$, counted since its base:
+#   the tokens its Δ holds, times its tokens per step. With equal batches, as here, tokens per
+#   step is the same for every learner, so w_m is simply proportional to the steps its Δ holds;
+#   the second factor matters only when learners use different batch sizes.
+# - **Radial-Directional Averaging** (published; which tensors it covers is reconstructed):
+#   average the lengths and the directions apart,
+#
+#   $$ r = \frac{\sum_m w_m \lVert\Delta_m\rVert}{\sum_m w_m}, \quad
+#      u = \sum_m w_m \frac{\Delta_m}{\lVert\Delta_m\rVert}, \quad
+#      \Delta = r \, \frac{u}{\lVert u \rVert}, $$
+#
+#   over the fragment's tensors taken together; the embeddings, whose rows only some tokens
+#   touch, by the weighted mean. The flush stays the plain weighted mean (reconstructed).
+
+# %%
+class Layer3(Layer2):
+    def weight(self, L, p):
+        n = L.since[p]  # steps since its base
+        return (n * self.tokens) * (n * self.tokens / n)  # tokens · tokens per step
+
+    def merge(self, p, weights, deltas):
+        names = [self.s.names[i] for i in self.frags[p]]
+        return split_merge(names, weights, deltas, rda_=self.algo.merge == "rda")
+
+
+# %% [markdown]
+# Why RDA? **Predict:** eight learners take 8 steps from the same start, each on its own data.
+# Is the plain mean of their Δ_m longer or shorter than each Δ_m?
+#
+# <details><summary>Answer</summary>Shorter, whenever they disagree: by √((1 + (M−1)c)/M) at
+# mean cosine c (notebook 02, section 8). RDA keeps the average length, so the outer step keeps
+# its size as M grows.</details>
+
+# %%
+eight = setup(dl.RunConfig(**{**TINY, "workers": 8, "steps": 8}))
+deltas = []
+for m in range(8):
+    params, opt_state = eight.init, eight.optimizer.init(eight.init)
+    for k in range(8):
+        params, opt_state = eight.step(params, opt_state, eight.batch(k)[m])
+    deltas.append([b - x for b, x in zip(eight.init, params, strict=True)])
+length = lambda xs: float(np.sqrt(sum(np.sum(np.square(x)) for x in xs)))  # noqa: E731
+mean, rda = weighted_mean(deltas, [1.0] * 8), reference.common.rda(deltas, [1.0] * 8)
+print(f"each ‖Δ_m‖ ≈ {np.mean([length(d) for d in deltas]):.4f}; plain mean "
+      f"{length(mean):.4f}; RDA {length(rda):.4f}")
+np.testing.assert_allclose(length(rda), np.mean([length(d) for d in deltas]), rtol=1e-5)
+
+# %%
+weighted = dataclasses.replace(slow, algorithm=D(**{**PLAIN, "quorum": 2, "merge": "rda"}))
+theta3 = Layer3(weighted).run()
+print(f"against the reference's Weighted {gap(theta3, Weighted(weighted).run()):.1e}")
+assert gap(theta3, Weighted(weighted).run()) < 1e-6
+
+# %% [markdown]
+# ## 4. Layer 4: failures and rejoin
+#
+# A learner fails at the times `Cluster.failures` gives (published: a failure costs only the
+# failed learner's work, no global stop).
+#
+# - It loses its state and its unmerged work; the syncer gives its answers weight 0, even one
+#   already on the wire, and it leaves the quorum (which may then fall below K again).
+# - Back, it loads every Θ_p and a healthy peer's AdamW state (reconstructed; a fresh one when
+#   no peer is up) and answers the syncs still open.
+
+# %%
+class Layer4(Layer3):
+    def start_step(self, t, m):  # a step ends, or a failure comes first
+        end = t + self.clock.duration(m, self.learners[m].steps)
+        window = self.clock.window(m, self.learners[m].failures)
+        if window is not None and window[0] < end:
+            self.push(window[0], FAIL, m)
+        else:
+            self.push(end, BOUNDARY, m)
+
+    def fail(self, t, m):
+        L = self.learners[m]
+        back = self.clock.window(m, L.failures)[1]
+        L.up, L.failures = False, L.failures + 1
+        if math.isfinite(back):
+            self.push(back, REJOIN, m)
+        self.note(t, "fail", m)
+        for p, S in enumerate(self.syncs):
+            if S is not None:  # weight 0: out of the merge and of the quorum
+                S.answers.pop(m, None)
+                S.arrived.discard(m)
+                if S.quorum_t is not None and len(S.arrived) < self.algo.quorum:
+                    S.quorum_t, S.deadline = None, math.inf
+                self.close_if_done(t, p)
+
+    def rejoin(self, t, m):
+        old, peers = self.learners[m], [L for L in self.learners if L.up]
+        opt_state = peers[0].opt_state if peers else self.s.optimizer.init(self.theta)
+        L = self.learners[m] = Learner(list(self.theta), opt_state, list(self.theta),
+                                       [0] * len(self.frags), old.steps, failures=old.failures)
+        self.note(t, "rejoin", m)
+        for p, S in enumerate(self.syncs):
+            if S is not None and m in S.unanswered:
+                L.asked[p] = S.id
+        self.start_step(t, m)
+
+
+# %%
+failing = dataclasses.replace(weighted, steps=16,
+                              cluster=dl.Cluster(step_time_s=(1, 1, 1, 1.5),
+                                                 failures=((1, 5.5, 9.0),)))
+log = []
+theta4 = Layer4(failing, log).run()
+print("learner 1:", [(t, w) for t, w, m, _ in log if m == 1 and w in ("fail", "rejoin")],
+      f"| against the reference's Failures {gap(theta4, Failures(failing).run()):.1e}")
+assert gap(theta4, Failures(failing).run()) < 1e-6
+
+# %% [markdown]
+# ## 5. Layer 5: finite links and b bits
+#
+# The last layer makes the link real and the answers small (reconstructed: the link model is
+# this project's; int4 answers are published).
+#
+# - Every host (the syncer's, host 0, and learner m's, host m + 1) has one full-duplex link:
+#   a message starts once the sender's sending side and the receiver's receiving side are both
+#   free, holds both for bytes / bandwidth, and arrives one latency later. So the M answers of
+#   a sync queue on the syncer's side.
+# - Answers travel in `bits` (notebook 03's quantizer); the new Θ_p goes to each learner up in
+#   `down_bits`, one copy after the other: it is published when the last copy has arrived.
+#   That message also tells a learner the sync is closed, so an answer it sends in between
+#   arrives too late and is left out.
+# - The grace window's t_reply is now that fan-out's duration, predicted without booking it.
+
+# %%
+class Layer5(Layer4):
+    def __init__(self, config, log=None):
+        super().__init__(config, log)
+        self.link = self.clock.cluster.link
+        tensors = [[self.s.init[i] for i in f] for f in self.frags]
+        self.up_bytes = [payload_bytes(x, self.algo.bits) for x in tensors]
+        self.down_bytes = [payload_bytes(x, self.algo.down_bits) for x in tensors]
+        self.tx, self.rx = [0.0] * (self.M + 1), [0.0] * (self.M + 1)  # when each side is free
+
+    def encode(self, x):
+        return quantize(x, self.algo.bits)
+
+    def reply(self, old, new):  # in fewer bits, the update is what travels
+        bits = self.algo.down_bits
+        return new if bits == 32 else old + quantize(new - old, bits)
+
+    def answer_arrives_at(self, t, m, p):  # learner m's host to the syncer's
+        end = max(t, self.tx[m + 1], self.rx[0]) + self.link.busy_s(self.up_bytes[p])
+        self.tx[m + 1] = self.rx[0] = end
+        return end + self.link.latency_s
+
+    def copies(self, t, p):  # Θ_p to each learner up in turn: last arrival, links after
+        tx, rx, last = self.tx[0], list(self.rx), t
+        for m, L in enumerate(self.learners):
+            if L.up:
+                tx = rx[m + 1] = max(t, tx, rx[m + 1]) + self.link.busy_s(self.down_bytes[p])
+                last = max(last, tx + self.link.latency_s)
+        return last, tx, rx
+
+    def reply_trip(self, t, p):
+        return self.copies(t, p)[0] - t
+
+    def published_at(self, t, p):
+        last, self.tx[0], self.rx = self.copies(t, p)
+        return last
+
+
+# %% [markdown]
+# **The whole method.** A run to look at: learner 3 half again as slow, learner 1 down from
+# 6.5 s to 9.2 s, two fragments, τ = 1, K = 2, RDA, 4-bit answers, links with 0.3 s latency.
+# Layer 5 must equal the readable reference (`reference.decoupled`) and the fast library
+# (`dl.train`, which plans the clock on the host and replays it on 8 devices). With 4-bit
+# answers, a value within float rounding of a boundary between two 4-bit levels may round
+# either way in the library: a handful of values then differ by one level.
+
+# %%
+scenario = dl.RunConfig(algorithm=D(inner_steps=4, fragments=2, overlap=1, bits=4, quorum=2),
+                        **TINY, cluster=dl.Cluster(step_time_s=(1, 1, 1, 1.5),
+                                                   failures=((1, 6.5, 9.2),),
+                                                   link=dl.Link(latency_s=0.3)))
+log = []
+theta5 = Layer5(scenario, log).run()
+library = jax.tree.leaves(dl.train(scenario, progress=False).params)
+diff = np.concatenate([np.abs(np.asarray(a) - np.asarray(b)).ravel()
+                       for a, b in zip(library, theta5, strict=True)])
+flips = int(np.sum(diff > 1e-5))
+print(f"against reference.decoupled {gap(theta5, reference.decoupled(scenario)):.1e}; "
+      f"against dl.train: all but {flips} of {diff.size:,} values agree to 1e-5")
+assert gap(theta5, reference.decoupled(scenario)) < 1e-6
+assert flips <= 1e-3 * diff.size and diff.max() < 5e-3
 plots.save(dplots.timeline(log), "decoupled_timeline")
 
 # %% [markdown]
@@ -212,153 +632,66 @@ plots.save(dplots.timeline(log), "decoupled_timeline")
 # the close; learners 0–2 apply it τ = 1 step after the ask, learner 3 one step later. Learner
 # 1's unmerged work is lost at 6.5 s; back at 9.2 s, it answers the very next ask.
 #
-# ## 3. The fast library gives the same parameters
+# **How the library does it: plan on the host, replay on the devices.** *When* anything happens
+# (a step boundary, an ask, a close, a failure) depends on the clock, the link and the rules,
+# never on the parameters' values. So `dl.train` first runs the clock alone on the host,
+# microseconds per event, and writes down a **plan**: which steps, sends, merges, applies and
+# reloads happen, in which order. Then it replays the plan on the devices in **blocks**: all
+# learners' steps between two events in one compiled call (a `lax.scan` of the inner step,
+# learners side by side on the mesh, masked where one is not due or is down), each merge one
+# collective. The same numbers as your layer 5, minutes instead of hours at full size.
 #
-# `dl.train` runs the same config on 8 emulated devices. It never looks at the reference, yet
-# it must land on the same parameters, to float rounding (`tests/test_reference.py` checks this
-# with slow learners, quorums under jitter, failures, finite links and 4 bits). With 4-bit
-# answers, a value within float rounding of a boundary between two 4-bit levels may round
-# either way: a handful of values then differ by one level.
+# ## 6. Try it
+#
+# Change the cluster or the method and run the cell: your layer 5 against the library, and the
+# timeline of the run. Try K = 1 with no grace window (`grace_safety=0`), a 2-bit answer, a
+# learner down for good (`math.inf`), or a slow link (`dl.Link(gbit_per_s=1e-4)`).
 
 # %%
-start = time.perf_counter()
-library = dl.train(scenario, progress=False)
-library_s = time.perf_counter() - start
-diff = np.concatenate([np.abs(np.asarray(a) - np.asarray(b)).ravel() for a, b in
-                       zip(jax.tree.leaves(library.params), theta_reference, strict=True)])
-flips = int(np.sum(diff > 1e-5))
-print(f"{diff.size:,} values: all but {flips} agree to 1e-5, the largest difference is "
-      f"{diff.max():.1e}; reference {reference_s:.1f} s, dl.train {library_s:.1f} s")
-assert flips <= 1e-3 * diff.size and diff.max() < 5e-3
+mine = dl.RunConfig(algorithm=D(inner_steps=4, fragments=2, overlap=1, bits=4, quorum=1,
+                                grace_safety=0.5),
+                    **TINY, cluster=dl.Cluster(step_time_s=(1, 1, 1.2, 2),
+                                               failures=((0, 4.0, 7.0),),
+                                               link=dl.Link(latency_s=0.2)))
+log = []
+theta = Layer5(mine, log).run()
+print(f"against dl.train: {gap(theta, jax.tree.leaves(dl.train(mine, progress=False).params)):.1e}"
+      f"; merges hold {[len(who) for _, w, who, _ in log if w == 'close']} answers")
+dplots.timeline(log, title="Your run")
 
 # %% [markdown]
-# **How the library does it: plan on the host, replay on the devices.** In the timeline, *when*
-# anything happens (a step boundary, an ask, a close, a failure) depends on the clock, the link
-# and the rules, never on the parameters' values. So the library first runs the clock alone on
-# the host, microseconds per event, and writes down a **plan**: how many steps each learner
-# takes, then which sends, merges, applies and reloads follow. Then it replays the plan on the
-# devices in **blocks**: all learners' steps between two events in one compiled call (a
-# `lax.scan` of the inner step, learners side by side on the mesh, masked where one is not due
-# or down), each merge one collective. One call per block instead of one per learner-step:
-# the same numbers, minutes instead of hours at full size.
-#
-# ## 4. RDA against the plain mean, on real pseudo-gradients
-#
-# Eight learners take H = 8 steps from the same start, each on its own data; we merge their Δ_m
-# both ways. The plain mean is shorter than the Δ_m whenever they disagree (by √((1+(M−1)c)/M)
-# at mean cosine c: notebook 02, section 8); RDA keeps the average length, so the outer step
-# keeps its size as M grows.
-
-# %%
-eight = dl.RunConfig(workers=8, steps=8, **TINY)
-run = reference.common.setup(eight)
-deltas = []
-for m in range(8):
-    params, opt_state = run.init, run.optimizer.init(run.init)
-    for k in range(8):
-        params, opt_state = run.step(params, opt_state, run.batch(k)[m])
-    deltas.append([b - x for b, x in zip(run.init, params, strict=True)])
-length = lambda xs: float(np.sqrt(sum(np.sum(np.square(x)) for x in xs)))  # noqa: E731
-norms = [length(d) for d in deltas]
-mean = [sum(d[i] for d in deltas) / 8 for i in range(len(deltas[0]))]
-rda = reference.common.rda(deltas, [1.0] * 8)
-print(f"each ‖Δ_m‖ ≈ {np.mean(norms):.4f}; plain mean {length(mean):.4f}; RDA {length(rda):.4f}")
-np.testing.assert_allclose(length(rda), np.mean(norms), rtol=1e-5)
-assert length(mean) < np.mean(norms)
-
-# %% [markdown]
-# ## 5. Racing DiLoCo: one slow learner
-#
-# Now training runs (cached with `make reproduce`): the reference Decoupled DiLoCo (P = 4
-# fragments, τ = 2, 4-bit answers, K = 1, RDA, H as DiLoCo's) against DiLoCo, **learner 7 twice
-# as slow**, the same tokens for both. Lock-step, each round waits for the slowest worker, so
-# DiLoCo takes `steps × 2 s`. Decoupled DiLoCo's learners never wait: 7 learners at 1 step/s
-# and one at ½ step/s do the M × `steps` learner-steps in about M · steps / 7.5 seconds.
-#
-# **Goodput** measures what the time bought: the learner-steps whose work reached the global
-# model (a merged Δ), over the learner-steps the machines could have done in the elapsed time.
-# A lock-step worker idling at the barrier, a failed learner's unmerged work, an answer too
-# late for its merge: all lost.
-
-# %%
-slow = session.run_group("slow")
-session.show("slow", slow)
-steps, M = session.groups["slow"]["DiLoCo"].steps, session.groups["slow"]["DiLoCo"].workers
-finals = pd.DataFrame({k: h.iloc[-1] for k, h in slow.items()}).T
-display(finals[["sim_time_s", "tokens", "val_loss", "val_accuracy", "goodput", "comm_bytes"]])
-assert finals.sim_time_s["DiLoCo"] == steps * 2.0
-assert abs(finals.sim_time_s["Decoupled DiLoCo"] - M * steps / 7.5) <= 2.0
-
-# %% [markdown]
-# DiLoCo's fast workers idle half the time, so its goodput is about (7 · ½ + 1) / 8. Decoupled
-# DiLoCo's learners never idle, and the slow learner's answers still count, weighted by their
-# tokens. Its goodput is not 100%: with τ = 2 and α = 0, the steps a learner takes between its
-# merged answer and applying the result are overwritten when the result arrives, about τ/H of
-# each fragment's work (`overlap_lost_steps`).
-#
-# ## 6. Chaos: learners failing at a high rate
-#
-# Each learner fails every few hundred steps on average (seeded, the same draw for every
-# method) and stays down a while. DiLoCo stops and redoes the round, like data-parallel
-# training restarting from its last sync; **elastic** DiLoCo drops the failed worker and goes
-# on; Decoupled DiLoCo's syncer merges whoever is there.
-
-# %%
-chaos = session.run_group("chaos")
-session.show("chaos", chaos, only=("decoupled_chaos",))
-finals = pd.DataFrame({k: h.iloc[-1] for k, h in chaos.items()}).T
-display(finals[["sim_time_s", "val_loss", "failures", "goodput", "lost_steps",
-                "overlap_lost_steps"]])
-for h in chaos.values():  # every learner-step is either useful or lost
-    np.testing.assert_allclose(h.useful_steps.iloc[-1] + h.lost_steps.iloc[-1],
-                               h.learner_steps.iloc[-1])
-
-# %% [markdown]
-# ## 7. Ablations: which piece matters
-#
-# One change at a time from the reference: the merge (RDA or the plain mean, at M = 8 and 16
-# with the global batch fixed), the bits of the answers (16, 4, 2; a 4-bit reply), the quorum K
-# and the grace window on machines whose step times jitter ±30%. The paper's numbers are
-# benchmark averages of 2B–12B models, ours next-character accuracy of a tiny model: compare
-# directions, not values.
-
-# %%
-ablations = session.run_group("ablations")
-display(session.table("ablations", ablations).style.format(
-    {"val_accuracy": "{:.2%}", "delta": "{:+.2f}", "published_delta": "{:+.1f}",
-     "goodput": "{:.1%}"}, na_rep="–").hide(axis="index"))
-session.show("ablations", ablations)
-
-# %% [markdown]
-# **What to look for:** the goodput of the jitter rows. A count that only asked "was the
-# learner up?" would say 100% everywhere. Notebook 09 has the full runs, over three seeds.
-#
 # ## Takeaways
 #
 # - Decoupled DiLoCo is DiLoCo without the barrier: learners answer at their own step
 #   boundaries and apply results τ of their own steps later; nobody waits.
-# - The syncer's rules fit on one page: quorum K, a grace window that costs no compute, token
-#   weights, RDA (lengths and directions averaged apart), one outer Nesterov step per fragment.
-# - A failure costs the failed learner's unmerged work, not a global restart.
+# - The syncer is four ideas on one core: the quorum and a grace window that costs no compute,
+#   token weights and RDA, failures that cost only the failed learner's unmerged work, and a
+#   real link with few bits.
 # - Nothing the method *schedules* depends on the numbers, so the library plans the clock on
 #   the host and replays it on the devices, and equals the readable program to float rounding.
+# - Notebook 04b races it against DiLoCo with a slow learner and failing machines.
 #
 # ## Check yourself
 #
 # 1. With every learner equally fast, no failures, K = M, τ = 0, P = 1, 32 bits and the plain
 #    mean, what is Decoupled DiLoCo?
 #    <details><summary>Answer</summary>DiLoCo: every ask finds every learner at the same
-#    boundary, every answer is merged, the merge is the mean. The tests check it to float
-#    rounding.</details>
-# 2. Predict, then check in section 7: at K = 1 on jittery machines, does removing the grace
-#    window raise or lower goodput, and why?
-#    <details><summary>Answer</summary>It lowers it: the syncer closes on the first answer,
-#    the others come too late and the arriving fragment overwrites their work.</details>
+#    boundary, every answer is merged, the merge is the mean. Section 1 checks it.</details>
+# 2. Which layer would you remove to make a straggler hold the syncer back again?
+#    <details><summary>Answer</summary>Layer 2: without the quorum and the grace window, the
+#    syncer waits for every answer.</details>
+# 3. A learner applies a merge τ of its own steps after the ask. Why not as soon as it is
+#    published?
+#    <details><summary>Answer</summary>For the reason of Streaming DiLoCo's overlap: the
+#    learner trains on while the answers travel, the syncer merges and the reply comes back;
+#    τ steps of compute hide that trip, and they give the syncer a known deadline, which the
+#    grace window's slack is computed against. A result that arrives later than that is
+#    applied at the learner's next boundary after it arrives.</details>
 
 # %% [markdown]
 # ## Exercises
 #
-# Write the syncer's token weights, decide when it closes a merge, assemble its event handler
-# from a stream of events, and measure a run's goodput, each with a check that says what is
-# wrong: `notebooks/exercises/04_decoupled_diloco.ipynb`
+# Write the syncer's token weights, decide when it closes a merge, write its event loop over a
+# stream of events, and measure a run's goodput, each with a check that says what is wrong:
+# `notebooks/exercises/04_decoupled_diloco.ipynb`
 # ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/04_decoupled_diloco.ipynb)).
