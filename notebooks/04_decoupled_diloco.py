@@ -25,7 +25,7 @@
 # > readable reference and the fast library.
 # > - **You need** notebooks 02 (DiLoCo: inner steps, the pseudo-gradient Δ, the outer Nesterov
 # > step) and 03 (fragments, the schedule, the overlap τ, the mixing α, b-bit deltas).
-# > - **Time:** about 1 minute to run (quick and full are the same here); an hour to read and
+# > - **Time:** about 2 minutes to run (quick and full are the same here); an hour to read and
 # > rebuild. Notebook 04b races the method against DiLoCo with slow and failing machines.
 #
 # Streaming DiLoCo (notebook 03) talks little, but every sync is still a **barrier**: one slow
@@ -346,7 +346,7 @@ assert gap(theta1, diloco) < 1e-6 and gap(theta1, library) < 1e-5
 # Now make learner 3 half again as slow. **Predict first:** lock-step DiLoCo would take 12 × 1.5
 # = 18 s for 12 rounds. When does the last learner step here?
 #
-# <details><summary>Answer</summary>About 48 / 3.67 ≈ 13 s: the four learners do 3.67 steps a
+# <details><summary>Answer</summary>About 48 / 3.67 ≈ 13 s (13.5 s below): the four learners do 3.67 steps a
 # second together and the run ends after M × steps = 48 of them; nobody waits for learner 3,
 # which simply takes fewer steps (its answers count less only from layer 3 on).</details>
 
