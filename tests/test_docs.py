@@ -175,3 +175,22 @@ def test_the_h1_identity_is_stated_with_its_condition():
     assert identity_slips("the identities (DiLoCo with H = 1 and outer SGD(1) ≡ DDP, and more)")
     assert identity_slips("With AdamW inside, DiLoCo with H = 1 and outer SGD(lr 1) is DDP.")
     assert not identity_slips("With AdamW inside, DiLoCo with H = 1 and outer SGD(1) is not DDP.")
+
+
+# One name per quantity (docs/algorithms.md §4, rule 3): the reply's trip is t_reply, t_quorum is
+# an instant (the wait to the quorum is t_quorum − t_ask), and a token weight is tokens × tokens
+# per step, which says nothing about how good a step was.
+MISNAMED = {r"\bt_sync\b": "the reply's trip is t_reply",
+            r"\bt_quorum\s*\+": "t_quorum is an instant: the wait is t_quorum − t_ask",
+            r"quantity\s*[×x*]\s*quality": "a token weight is tokens × tokens per step"}
+
+
+def test_one_name_per_quantity():
+    """The docs, the notebooks and the clock's code (the exercises, whose function parameters
+    keep their own names, left out)."""
+    scanned = [p for p in MARKDOWN + NOTEBOOK_SOURCES if "exercises" not in p.parts] + [
+        p for p in SOURCES if rel(p).startswith("diloco_lite/clock/")]
+    found = [f"{rel(p)}:{line_of(TEXT[p], m.start())}: {m[0]!r}: {why}" for p in scanned
+             for pattern, why in MISNAMED.items() for m in re.finditer(pattern, TEXT[p])]
+    assert not found, "a quantity under another name:\n" + "\n".join(found)
+    assert ROOT / "docs" / "algorithms.md" in scanned
