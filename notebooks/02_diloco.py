@@ -220,9 +220,40 @@ print(f"DiLoCo: {syncs} syncs × {M} workers × {model_bytes:,} B "
 #
 # Same data, same number of steps, same global batch, same AdamW schedule; only H changes
 # (in quick mode the steps and H are scaled down, so read the shapes, not the values).
-# H = 1 is **not** DDP: the outer Nesterov step (lr 0.7, momentum 0.9) on a one-step
+# H = 1 is **not** DDP here: the outer Nesterov step (lr 0.7, momentum 0.9) on a one-step
 # pseudo-gradient amplifies the inner learning rate about 0.7/(1 − 0.9) = 7×, which is usually
-# too much. (With SGD inner, H = 1 and outer SGD lr 1 it *is* DDP — a test checks it.)
+# too much.
+#
+# **When is H = 1 DDP?** Outer SGD (lr 1, no momentum) removes the amplification:
+# θ − 1·mean_m(θ − θ_m) = mean_m θ_m, the mean of the M workers' one-step results. With an SGD
+# inner optimizer each worker's step is θ − η g_m, so the mean is θ − η·mean_m g_m: that is
+# DDP's step, and DiLoCo with an SGD inner optimizer, H = 1 and outer SGD(lr 1) ≡ DDP with that
+# SGD. With AdamW inside the identity fails, whatever the outer step: each worker's AdamW
+# moments normalise (and its clipping scales) its *own* gradient, so the mean of M AdamW
+# updates is not one AdamW update of the mean gradient. Measured: 4 steps of this notebook's
+# small run, DiLoCo (H = 1, outer `optax.sgd(1.0)`) against DDP, with the same batches, once
+# with `optax.sgd(0.5)` inside and once with the default AdamW (`tests/test_identities.py`
+# checks both on a tinier model):
+
+# %%
+identity = dl.DiLoCo(inner_steps=1, outer_optimizer=optax.sgd(1.0))  # no momentum
+TOL = 1e-5  # float32 rounding of parameters of size ~0.1–1
+gap = {}
+with jax.default_matmul_precision("highest"):
+    for inner, inner_optimizer in (("SGD", optax.sgd(0.5)), ("AdamW", None)):  # None: AdamW
+        ddp_run, diloco_run = (
+            dl.train(dataclasses.replace(check_cfg, algorithm=algo, steps=4,
+                                         inner_optimizer=inner_optimizer), progress=False)
+            for algo in (dl.DDP(), identity))
+        gap[inner] = max(jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))),
+                                                      ddp_run.params, diloco_run.params)))
+        print(f"{inner} inside: DiLoCo vs DDP, largest parameter difference {gap[inner]:.1e}")
+assert gap["SGD"] < TOL  # the identity, to float rounding
+assert gap["AdamW"] > 100 * TOL  # not an identity: a real difference
+print(f"AdamW's gap is {gap['AdamW'] / max(gap['SGD'], 1e-12):,.0f}× SGD's")
+
+# %% [markdown]
+# Back to the default AdamW inner and Nesterov outer steps for the sweep.
 
 # %%
 h_sweep = session.run_group("h_sweep")
@@ -343,15 +374,22 @@ session.show("h_sweep", h_sweep, only=("diloco_cosine",))
 #   than DDP, exactly.
 # - How much of each worker's move survives the average is set by how much the workers agree
 #   (the mean cosine c): √((1 + (M−1)c)/M) for equal lengths.
+# - DiLoCo with H = 1 and outer SGD(lr 1) is DDP only with an SGD inner optimizer; with AdamW
+#   inside, the mean of the workers' AdamW updates is not DDP's AdamW update.
 #
 # ## Check yourself
 #
-# 1. Why is DiLoCo with H = 1 and the outer Nesterov step *not* DDP, when H = 1 with outer
-#    SGD(lr = 1) is?
-#    <details><summary>Answer</summary>With H = 1, Δ is one inner update; SGD(lr = 1) applies it
-#    as it is, which is DDP's step. Nesterov with lr 0.7 and momentum 0.9 keeps a velocity that
-#    adds up past updates: in steady state it takes about 0.7/(1 − 0.9) = 7 times the update.
-#    </details>
+# 1. DiLoCo with H = 1 and the outer Nesterov step is *not* DDP. Which outer optimizer and
+#    which inner optimizer make it DDP, and why does each of the two defaults break it?
+#    <details><summary>Answer</summary>Outer SGD (lr 1, no momentum) and an SGD inner
+#    optimizer: DiLoCo with an SGD inner optimizer, H = 1 and outer SGD(lr 1) ≡ DDP with that
+#    SGD. With one inner step, Δ = mean_m(θ − θ_m) is the mean of the workers' one-step
+#    updates, and SGD(lr 1) applies it as it is; with SGD inside each update is −η g_m, so the
+#    mean is −η·mean_m g_m, DDP's step. Nesterov with lr 0.7 and momentum 0.9 keeps a velocity
+#    that adds up past updates: in steady state it takes about 0.7/(1 − 0.9) = 7 times the
+#    update. AdamW inside divides each worker's gradient by that worker's own moments, and the
+#    mean of M such updates is not one AdamW update of the mean gradient (section 5 measures
+#    the gap).</details>
 # 2. Predict, then check in section 6: with the global batch fixed, does the workers' mean
 #    cosine go up or down as M grows?
 #    <details><summary>Answer</summary>Down: each worker's batch is smaller, its gradients

@@ -27,8 +27,13 @@
 # > 3 seeds per point instead of 7 days and 8).
 #
 # A chip fails about once a year. A job on 1.2 million chips therefore sees a failure
-# every ~26 seconds. **Goodput** is the fraction of the chips' time that turns into committed
-# training progress; the rest goes to checkpoints, restarts, and work that a failure erased.
+# every ~26 seconds. **Goodput** is the share of the capacity the machines offered that became
+# committed training progress; the rest goes to checkpoints, restarts, and work that a failure
+# erased. Here capacity is counted in **chip-seconds**: goodput = useful chip-seconds /
+# allocated chip-seconds. The training runs of notebooks 04, 08 and 09 count the same share in
+# learner-steps (useful learner-steps / learner-steps the machines could have done in the
+# elapsed time); with steps of fixed length the two count the same thing, a step being a fixed
+# number of chip-seconds.
 #
 # The Decoupled DiLoCo announcement reports, at 1.2M chips: 27% goodput for conventional
 # data-parallel training (blog), 58% for elastic data-parallel, 88% for Decoupled DiLoCo with
@@ -176,7 +181,8 @@ print(f"decoupled M=8 if a learner recovered like the whole job: "
 # ## Simulate
 #
 # `simulate` draws the failures (same seed, same numbers) and books every chip-second to one
-# bucket. The buckets add up to the wall time; goodput is the useful share.
+# bucket. The buckets add up to the wall time (in seconds of the whole cluster); goodput is the
+# useful share: useful chip-seconds / allocated chip-seconds.
 
 # %%
 run = gp.simulate("dp", chaos, days=DAYS, seed=0)

@@ -244,9 +244,12 @@ save(aplots.timeline_chart(real_events, sim_events), "actors_timeline")
 #
 # $$ T \approx \frac{M \cdot \text{STEPS} \cdot t + D}{M}, $$
 #
-# within a step (at the end, the other learners are in the middle of one). Goodput counts the
-# learner-steps whose work reached the global model (`useful_steps`) against what the cluster
-# could have done at full speed in that time, failed learner included (notebook 04, section 5):
+# within a step (at the end, the other learners are in the middle of one). Goodput is the share
+# of the capacity the machines offered that became committed training progress
+# (docs/algorithms.md §5), here counted in learner-steps: the learner-steps whose work reached
+# the global model (`useful_steps`) over the learner-steps the machines could have done at full
+# speed in that time, failed learner included (notebook 04, section 5; notebook 06 counts the
+# same share in chip-seconds):
 #
 # $$ \text{goodput} = \frac{\text{useful steps}}{M \cdot T / t}, \qquad
 #    \text{useful} + \text{lost} = M \cdot \text{STEPS}. $$

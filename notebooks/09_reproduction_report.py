@@ -139,7 +139,12 @@ figure("streaming_accuracy_vs_bytes")
 # ## 3. Decoupled DiLoCo on the simulated clock
 #
 # A slow learner (learner 7 twice as slow), learners failing at a high rate, and the syncer's
-# pieces one at a time (notebook 04).
+# pieces one at a time (notebook 04). Goodput is the share of the capacity the machines offered
+# that became committed training progress (docs/algorithms.md §5): a run counts it in
+# learner-steps (useful learner-steps / learner-steps the machines could have done in the
+# elapsed time), the chaos simulator of notebook 06 in chip-seconds (useful / allocated); with
+# steps of fixed length, as here, the two count the same thing, so the chaos table sets them
+# side by side.
 
 # %%
 slow = {m: get("decoupled slow", m, "simulated time (s)") for m in ("DiLoCo", "Decoupled DiLoCo")}

@@ -1,5 +1,6 @@
 """The repository stands alone: every document it mentions is in it, every relative link in its
-markdown points at a file (and heading) it holds, and nothing points outside it."""
+markdown points at a file (and heading) it holds, and nothing points outside it. And where the
+prose states an identity between the methods, it states the identity's condition."""
 
 import re
 import subprocess
@@ -122,3 +123,74 @@ def test_the_checks_see_the_documents():
     assert "symbols" in anchors(ROOT / "docs" / "algorithms.md")
     assert slug("1. Data-parallel training (DDP)") == "1-data-parallel-training-ddp"
     assert slug("`make reproduce`, in detail") == "make-reproduce-in-detail"
+
+
+# A sentence about DiLoCo at H = 1 with an outer SGD at lr 1 next to DDP: the identity's setting.
+H1 = re.compile(r"\bH\s*=\s*1\b")
+OUTER_SGD1 = re.compile(r"outer SGD|SGD\s*\(\s*(?:lr\s*=?\s*)?1(?:\.0)?\b")
+SAYS_IDENTITY = re.compile(r"≡\s*DDP|\bis\W{0,3}DDP\b|\bis\?")  # "≡ DDP", "is DDP", "*is* DDP"
+SGD_INNER = re.compile(r"\bSGD inner\b|\binner optimizer,? SGD\b|\bSGD as (?:the|its) inner\b")
+ADAMW = re.compile(r"\bAdamW\b")
+
+
+def sentences(text: str) -> list[str]:
+    """A document's prose as sentences: a notebook source's comment marks dropped, lines joined,
+    cut at . ? ! ; (or one closing its bold) followed by a space, at blank lines and at table
+    cells."""
+    out = []
+    for block in re.split(r"\n\s*#?\s*\n|\|", text):
+        lines = [re.sub(r"^\s*#\s?", "", line) for line in block.splitlines()]
+        cuts = re.split(r"(?<=[.?!;])\s+|(?<=[.?!;]\*\*)\s+", " ".join(lines))
+        out += [s.strip() for s in cuts if s.strip()]
+    return out
+
+
+def identity_slips(text: str) -> list[str]:
+    """Sentences that set DiLoCo at H = 1 with outer SGD(lr 1) against DDP but do not name the
+    inner optimizer, or that say it *is* DDP without naming the SGD inner optimizer (with AdamW
+    inside, the mean of the workers' AdamW updates is not one AdamW update: it is not DDP)."""
+    slips = []
+    for s in sentences(text):
+        if not (H1.search(s) and OUTER_SGD1.search(s) and "DDP" in s):
+            continue
+        if not (SGD_INNER.search(s) or ADAMW.search(s)):
+            slips.append(f"names no inner optimizer: {s}")
+        elif SAYS_IDENTITY.search(s) and not SGD_INNER.search(s):
+            slips.append(f"says it is DDP without the SGD inner optimizer: {s}")
+    return slips
+
+
+IDENTITY_DOCUMENTS = ("README.md", "docs/algorithms.md", "notebooks/02_diloco.py")
+
+
+def test_the_h1_identity_is_stated_with_its_condition():
+    """DiLoCo with H = 1 and outer SGD(lr 1) ≡ DDP holds with an SGD inner optimizer only
+    (`tests/test_identities.py` holds both sides): each document that states it says so."""
+    found = [f"{name}: {slip}" for name in IDENTITY_DOCUMENTS
+             for slip in identity_slips(TEXT[ROOT / name])]
+    assert not found, "the H = 1 identity without its condition:\n" + "\n".join(found)
+    # the check sees the sentences it is about, and the slip this test was written for
+    assert any(H1.search(s) and OUTER_SGD1.search(s) and SGD_INNER.search(s)
+               for name in IDENTITY_DOCUMENTS for s in sentences(TEXT[ROOT / name]))
+    assert identity_slips("the identities (DiLoCo with H = 1 and outer SGD(1) ≡ DDP, and more)")
+    assert identity_slips("With AdamW inside, DiLoCo with H = 1 and outer SGD(lr 1) is DDP.")
+    assert not identity_slips("With AdamW inside, DiLoCo with H = 1 and outer SGD(1) is not DDP.")
+
+
+# One name per quantity (docs/algorithms.md §4, rule 3): the reply's trip is t_reply, t_quorum is
+# an instant (the wait to the quorum is t_quorum − t_ask), and a token weight is tokens × tokens
+# per step, which says nothing about how good a step was.
+MISNAMED = {r"\bt_sync\b": "the reply's trip is t_reply",
+            r"\bt_quorum\s*\+": "t_quorum is an instant: the wait is t_quorum − t_ask",
+            r"quantity\s*[×x*]\s*quality": "a token weight is tokens × tokens per step"}
+
+
+def test_one_name_per_quantity():
+    """The docs, the notebooks and the clock's code (the exercises, whose function parameters
+    keep their own names, left out)."""
+    scanned = [p for p in MARKDOWN + NOTEBOOK_SOURCES if "exercises" not in p.parts] + [
+        p for p in SOURCES if rel(p).startswith("diloco_lite/clock/")]
+    found = [f"{rel(p)}:{line_of(TEXT[p], m.start())}: {m[0]!r}: {why}" for p in scanned
+             for pattern, why in MISNAMED.items() for m in re.finditer(pattern, TEXT[p])]
+    assert not found, "a quantity under another name:\n" + "\n".join(found)
+    assert ROOT / "docs" / "algorithms.md" in scanned

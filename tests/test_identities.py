@@ -77,6 +77,16 @@ def test_diloco_h1_outer_sgd1_is_ddp(ddp8):
     assert max_abs_diff(ddp8.params, nesterov.params) > 1e-3
 
 
+def test_diloco_h1_outer_sgd1_with_adamw_inside_is_not_ddp():
+    """The identity needs the SGD inner optimizer: each worker's AdamW normalises its own
+    gradient, and the mean of M AdamW updates is not one AdamW update of the mean gradient."""
+    adamw = optax.adamw(1e-2)
+    ddp = run(tiny_run(dl.DDP(), inner_optimizer=adamw))
+    diloco = run(tiny_run(dl.DiLoCo(inner_steps=1, outer_optimizer=optax.sgd(1.0)),
+                          inner_optimizer=adamw))
+    assert max_abs_diff(ddp.params, diloco.params) > 1e-3
+
+
 def test_streaming_p1_tau0_b32_is_diloco():
     algo = dl.DiLoCo(inner_steps=3)
     streaming = dl.StreamingDiLoCo(inner_steps=3, fragments=1, overlap=0, mix=0.0, bits=32,

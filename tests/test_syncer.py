@@ -54,8 +54,8 @@ def test_equal_speeds_merge_everyone_with_equal_weights(quorum):
 @pytest.mark.parametrize("safety, included", [(0.5, True), (0.1, False)])
 def test_grace_window_lets_a_slightly_late_learner_in(safety, included):
     """Learner 3 takes 1.5 s a step: at the ask (4 s) it is mid-step, answering at 4.5 s with 3
-    steps. Quorum (K=1) at 4 s; slack = τ·t_ref − (t_quorum + t_sync) = 2·1 − 0, grace
-    = safety · 2: 1 s lets it in, 0.2 s does not."""
+    steps. Quorum (K=1) at 4 s, the instant of the ask; slack = τ·t_ref − ((t_quorum − t_ask) +
+    t_reply) = 2·1 − 0, grace = safety · 2: 1 s lets it in, 0.2 s does not."""
     pl = plan(Cluster(step_time_s=(1, 1, 1, 1.5)), overlap=2, grace_safety=safety)
     first = events(pl, "close")[0]
     want = [4 * BL2] * 3 + ([3 * BL2] if included else [0.0])

@@ -17,10 +17,10 @@ from diloco_lite.clock.syncer_state import (
 )
 
 
-def syncer(learners=3, t_ref=1.0, send_back_s=None, **algo):
+def syncer(learners=3, t_ref=1.0, reply_s=None, **algo):
     algo = dl.DecoupledDiLoCo(**{**dict(inner_steps=4, fragments=1, overlap=0, quorum=1),
                                  **algo})
-    return SyncerState(algo, learners, t_ref, send_back_s)
+    return SyncerState(algo, learners, t_ref, reply_s)
 
 
 def answer(s, p, m, sync, steps, t):
@@ -30,9 +30,11 @@ def answer(s, p, m, sync, steps, t):
     return s.arrived(p, m, sync, t)
 
 
-def test_token_weight_is_quantity_times_quality():
+def test_token_weight_is_tokens_times_tokens_per_step():
     assert token_weight(6, 3) == 12.0  # 6 tokens · (6 tokens / 3 steps)
     assert token_weight(2 * 4, 4) == 4.0 * 4
+    # equal batches: proportional to the steps (a constant, the tokens per step², times steps)
+    assert token_weight(5 * 4, 5) / token_weight(2 * 4, 2) == 5 / 2
 
 
 def test_start_asks_each_fragment_at_its_offset_of_the_reference_steps():
@@ -42,11 +44,11 @@ def test_start_asks_each_fragment_at_its_offset_of_the_reference_steps():
 
 
 def test_the_quorum_sets_the_deadline_and_the_deadline_closes():
-    """M = 3, K = 2, τ = 2, safety 0.5, t_ref 1 s, sending back takes 0.25 s. Asked at 4 s;
+    """M = 3, K = 2, τ = 2, safety 0.5, t_ref 1 s, the reply takes t_reply = 0.25 s. Asked at 4 s;
     the quorum comes with the second answer at 5 s: slack = 2 − (1 + 0.25) = 0.75, the grace
     0.375 s, so the deadline is 5.375 s. Learner 2 has not answered then: the close merges
     learners 0 and 1 (weights 4 · 4 and 4 · 3) and waited 1 s for its quorum."""
-    s = syncer(send_back_s=lambda p, t: 0.25, quorum=2, overlap=2, grace_safety=0.5)
+    s = syncer(reply_s=lambda p, t: 0.25, quorum=2, overlap=2, grace_safety=0.5)
     assert s.start() == [AskAt(0, 4.0)]
     assert s.ask(0, 4.0) == [Ask(0, 0, (0, 1, 2))]
     assert answer(s, 0, 0, 0, 4, 4.5) == []  # one answer: no quorum yet

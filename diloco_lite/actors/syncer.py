@@ -72,7 +72,7 @@ class SyncerRuntime(Rejoins, Merges):
         self.timeline = t = Timeline(config.cluster, self.M)
         self.links = Links(t.cluster.link, self.M)  # the clock's model of the replies
         self.down_nbytes = d.down_nbytes
-        self.state = SyncerState(config.algorithm, self.M, t.t_ref, send_back_s=self._send_back)
+        self.state = SyncerState(config.algorithm, self.M, t.t_ref, reply_s=self._reply_s)
         self.recorder = lambda: Recorder(t, up_nbytes=d.up_nbytes, down_nbytes=d.down_nbytes,  # noqa: E731
                                          sizes=d.sizes, rejoin_nbytes=d.rejoin_nbytes,
                                          tokens_per_step=self.tokens, mix=d.alpha)
@@ -233,7 +233,7 @@ class SyncerRuntime(Rejoins, Merges):
     def _notice(self, m: int, job: Merge) -> tuple:
         return ("publish", job.published_at, job.p, job.n, m in job.weights, job.next_ask)
 
-    def _send_back(self, p: int, t: float) -> float:
+    def _reply_s(self, p: int, t: float) -> float:  # t_reply: the merged fragment to all up
         to = [m for m in range(self.M) if self.up[m]]
         return max(self.links.fan_out(to, self.down_nbytes[p], t, book=False), default=t) - t
 

@@ -39,6 +39,9 @@ for p's share of the parameters, so a step can be partly useful. Every other ste
     goodput = useful learner-steps / learner-steps the cluster could have done at nominal speed
               in the elapsed time
 
+(the share of the capacity offered that became committed progress, counted in learner-steps;
+the chaos simulator counts the same share in chip-seconds: docs/algorithms.md §5)
+
 so at the end of a run `learner_steps` = useful + lost exactly. At an earlier row, work not yet
 merged is neither (it may still reach the model): the goodput of a row is what has reached it.
 """

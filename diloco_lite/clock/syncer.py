@@ -83,7 +83,7 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
                 push(reply(p, t, book=True), PUBLISH, p, weights, to, wait_s)
 
     syncer = SyncerState(algo, M, timeline.t_ref,
-                         send_back_s=lambda p, t: reply(p, t, book=False) - t)
+                         reply_s=lambda p, t: reply(p, t, book=False) - t)
     rules = LearnerRules(syncer, rec, tau=schedule.overlap, tokens_per_step=tokens_per_step,
                          on_action=on_action)
 

@@ -39,11 +39,13 @@ The rules:
    (reference step k ends at k · t_ref); one version of p is in flight at a time: the next ask
    is at the first of those steps after the previous version is published;
 2. quorum: it waits for K answers (arrived) of learners that are up;
-3. grace: then it waits up to g = safety · slack longer, slack = τ·t_ref − (t_quorum + t_sync)
-   (t_quorum: time from the ask to the quorum; t_sync: sending the result back, which the
-   driver estimates: `send_back_s`), and closes as soon as no up learner is awaited (each one
-   asked has answered, and each answer sent has arrived);
-4. it merges with weights w = tokens · (tokens / steps) (quantity × quality);
+3. grace: then it waits up to g = safety · slack longer,
+   slack = τ·t_ref − ((t_quorum − t_ask) + t_reply) (t_ask: the instant it asked; t_quorum: the
+   instant the K-th answer arrived; t_reply: the seconds its reply, the merged fragment Θ_p,
+   takes to reach the learners, which the driver estimates: `reply_s`), and closes as soon as
+   no up learner is awaited (each one asked has answered, and each answer sent has arrived);
+4. it merges with weights w = tokens · (tokens / steps): tokens times tokens per step (with
+   equal batches, proportional to the steps; tokens per step is larger only with larger batches);
 5. a failed learner has weight 0: its answers, even one already sent, are left out, and it
    leaves the quorum. Back, it holds every newest Θ_p and is asked again by the open syncs it
    had not answered;
@@ -105,7 +107,8 @@ class Flush:
 
 
 def token_weight(tokens: float, steps: int) -> float:
-    """A learner's merge weight: tokens · (tokens / steps), counted since its base."""
+    """A learner's merge weight: tokens · (tokens / steps), counted since its base: its tokens
+    times its tokens per step (with equal batches, a constant times its steps)."""
     return tokens * (tokens / steps)
 
 
@@ -125,16 +128,16 @@ class _Sync:
 class SyncerState:
     """The syncer of Decoupled DiLoCo (`algo`) over `learners` learners (module docstring).
 
-    `t_ref`: the reference step time; `send_back_s(p, t)`: the seconds fragment p's result takes
-    to reach the learners if sent at time t (None: 0, a free link)."""
+    `t_ref`: the reference step time; `reply_s(p, t)`: t_reply, the seconds the merged fragment
+    p takes to reach the learners if sent at time t (None: 0, a free link)."""
 
     def __init__(self, algo: DecoupledDiLoCo, learners: int, t_ref: float,
-                 send_back_s: Callable[[int, float], float] | None = None):
+                 reply_s: Callable[[int, float], float] | None = None):
         schedule = Schedule.of(algo)
         self.M, self.P, self.H = learners, schedule.fragments, schedule.inner_steps
         self.K, self.safety = algo.quorum, algo.grace_safety
         self.tau, self.t_ref = schedule.overlap, t_ref
-        self.send_back_s = send_back_s or (lambda p, t: 0.0)
+        self.reply_s = reply_s or (lambda p, t: 0.0)
         self.up = [True] * learners
         self.version = [0] * self.P  # versions of each fragment published
         self.held = [[0] * self.P for _ in range(learners)]  # the version each learner holds
@@ -169,7 +172,8 @@ class SyncerState:
         actions = []
         if s.quorum_t is None and len(s.arrived) >= self.K:
             s.quorum_t = t
-            slack = self.tau * self.t_ref - ((t - s.asked_t) + self.send_back_s(p, t))
+            # t_quorum = t, t_ask = s.asked_t
+            slack = self.tau * self.t_ref - ((t - s.asked_t) + self.reply_s(p, t))
             s.deadline = t + (self.safety * slack if slack > 0 else 0.0)
             actions.append(SetDeadline(p, s.id, s.deadline))
         return actions + self._close_if_done(p, t)
