@@ -366,8 +366,8 @@ assert gap(theta1, Core(slow).run()) < 1e-6
 # Layer 1 still waits for the slowest learner *at the syncer*: a sync stays open until every
 # answer is in, and the learners apply its result late. Layer 2 closes earlier.
 #
-# - **Quorum** (published, K = 1 in the paper): the syncer may close once K answers are in
-#   from learners that are up; t_quorum is the instant the K-th arrived.
+# - **Quorum** (published; the paper's K = 1 is second-hand): the syncer may close once K
+#   answers are in from learners that are up; t_quorum is the instant the K-th arrived.
 # - **Grace window** (published as an adaptive grace window; its formula is reconstructed):
 #   the learners need the result τ reference steps after the ask, so the syncer may wait a
 #   little longer without costing anybody compute. What is left of those τ steps, once the
@@ -434,13 +434,14 @@ assert gap(theta2, Quorum(case).run()) < 1e-6
 #
 # The answers of one sync are not worth the same: a slow learner's Δ holds fewer steps.
 #
-# - **Token weights** (published: the merge weighs each learner by its tokens; the exact
-#   form is reconstructed): each answer counts with
+# - **Token weights** (published: token-weighted merging; the exact form is reconstructed
+#   from second-hand descriptions): each answer counts with
 #   $w_m = \text{tokens}_m \cdot (\text{tokens}_m / \text{steps}_m)$, counted since its base:
 #   the tokens its Δ holds, times its tokens per step. With equal batches, as here, tokens per
 #   step is the same for every learner, so w_m is simply proportional to the steps its Δ holds;
 #   the second factor matters only when learners use different batch sizes.
-# - **Radial-Directional Averaging** (published; which tensors it covers is reconstructed):
+# - **Radial-Directional Averaging** (reconstructed from second-hand descriptions; which
+#   tensors it covers is our choice):
 #   average the lengths and the directions apart,
 #
 #   $$ r = \frac{\sum_m w_m \lVert\Delta_m\rVert}{\sum_m w_m}, \quad
@@ -492,8 +493,9 @@ assert gap(theta3, Weighted(weighted).run()) < 1e-6
 # %% [markdown]
 # ## 4. Layer 4: failures and rejoin
 #
-# A learner fails at the times `Cluster.failures` gives (published: a failure costs only the
-# failed learner's work, no global stop).
+# A learner fails at the times `Cluster.failures` gives. That the others go on, with no
+# global stop, is published; what the failed learner loses and how it comes back are
+# reconstructed.
 #
 # - It loses its state and its unmerged work; the syncer gives its answers weight 0, even one
 #   already on the wire, and it leaves the quorum (which may then fall below K again).
@@ -550,8 +552,8 @@ assert gap(theta4, Failures(failing).run()) < 1e-6
 # %% [markdown]
 # ## 5. Layer 5: finite links and b bits
 #
-# The last layer makes the link real and the answers small (reconstructed: the link model is
-# this project's; int4 answers are published).
+# The last layer makes the link real and the answers small (both reconstructed: the link
+# model is this project's choice, int4 answers come from second-hand descriptions).
 #
 # - Every host (the syncer's, host 0, and learner m's, host m + 1) has one full-duplex link:
 #   a message starts once the sender's sending side and the receiver's receiving side are both
