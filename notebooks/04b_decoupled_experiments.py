@@ -154,3 +154,11 @@ session.show("ablations", ablations)
 #    window raise or lower goodput, and why?
 #    <details><summary>Answer</summary>It lowers it: the syncer closes on the first answer,
 #    the others come too late and the arriving fragment overwrites their work.</details>
+
+# %% [markdown]
+# ## Exercises
+#
+# Measure a run's goodput, and write the syncer's rules that these experiments vary (its token
+# weights, when it closes a merge, its event loop), each with a check that says what is wrong:
+# `notebooks/exercises/04_decoupled_diloco.ipynb`
+# ([open in Colab](https://colab.research.google.com/github/diloco-lite/diloco_lite/blob/main/notebooks/exercises/04_decoupled_diloco.ipynb)).
