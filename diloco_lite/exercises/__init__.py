@@ -32,7 +32,7 @@ exercises alone.
 
 from ._core import CHECKS, Result
 from .actors import check_apply_position, check_kill_goodput, check_kill_timing
-from .assemble import StreamingState, check_diloco_loop, check_streaming_round, check_syncer
+from .assemble import StreamingState, check_diloco_loop, check_streaming_round
 from .collectives import (
     check_allreduce_bytes,
     check_ddp_gradient,
@@ -41,6 +41,7 @@ from .collectives import (
     check_mean_loss,
 )
 from .decoupled import check_close_time, check_run_goodput, check_token_weights
+from .eventloop import SyncerRules, check_syncer
 from .diloco import (
     check_mix,
     check_next_round,
@@ -66,7 +67,7 @@ __all__ = [
     "check_ddp_gradient", "check_ddp_step_bytes",
     "check_pseudo_gradient", "check_outer_step", "check_next_round", "check_diloco_loop",
     "check_quantizer", "check_wire_bytes", "check_mix", "check_streaming_round", "StreamingState",
-    "check_token_weights", "check_close_time", "check_syncer", "check_rda_merge",
+    "check_token_weights", "check_close_time", "check_syncer", "SyncerRules", "check_rda_merge",
     "check_run_goodput",
     "check_ddp_bandwidth", "check_decoupled_bandwidth",
     "check_cluster_mtbf", "check_young_interval", "check_daly_interval", "check_domain_goodput",
