@@ -41,7 +41,6 @@ from .collectives import (
     check_mean_loss,
 )
 from .decoupled import check_close_time, check_run_goodput, check_token_weights
-from .eventloop import SyncerRules, check_syncer
 from .diloco import (
     check_mix,
     check_next_round,
@@ -51,6 +50,7 @@ from .diloco import (
     check_rda_merge,
     check_wire_bytes,
 )
+from .eventloop import SyncerRules, check_syncer
 from .links import check_gather_bytes, check_sync_time
 from .systems import (
     check_cluster_mtbf,

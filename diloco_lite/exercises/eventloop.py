@@ -435,7 +435,7 @@ def check_syncer(fn) -> Result:
     _probe(fn)
     runs = [_scenario(n) for n in range(len(SCENARIOS))]
     got = []
-    for n, (rules, events, expected) in enumerate(runs):
+    for n, (rules, events, _) in enumerate(runs):
         try:
             got.append(drive(fn, events, rules))
         except Stop as stop:
