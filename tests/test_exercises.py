@@ -22,6 +22,7 @@ from diloco_lite.exercises import actors as aex
 from diloco_lite.exercises import assemble as asm
 from diloco_lite.exercises import blank
 from diloco_lite.exercises import decoupled as dex
+from diloco_lite.exercises import eventloop as el
 from diloco_lite.exercises._core import ERROR, FAIL_MARK, PASS_MARK, TODO
 from diloco_lite.exercises.collectives import on_mesh
 from tests.helpers import TINY
@@ -85,12 +86,13 @@ def _next_round(reset=False, keep_local=False):
     return fn
 
 
-def _diloco_with(run, M, steps, H, lr, mistake):
-    return asm._diloco(run, M, steps, H, lr, mistake)
+def _diloco_with(run, M, steps, H, opt, mistake):
+    return asm._diloco(run, M, steps, H, opt, mistake)
 
 
-def _syncer_with(events, quorum, tau, t_ref, safety, mistake):
-    return asm.syncer(events, quorum, tau, t_ref, safety, mistake=mistake)
+def _closes_at_once(state, event, rules):
+    """A syncer that closes every sync the moment it opens: no named mistake."""
+    return [("close", event[2], {})] if event[0] == "ask" else []
 
 
 def _goodput(recovery=True):
@@ -170,18 +172,17 @@ PLANTED = [
     ("check_rda_merge", outer.mean_merge, "mean"),
     ("check_rda_merge", lambda d, w: _rda(d, jnp.ones_like(w)), "unweighted"),
     ("check_rda_merge", lambda d, w: jax.tree.map(lambda x: _rda(x, w), d), "per_leaf"),
-    ("check_diloco_loop", lambda run, M, steps, H, lr: asm._diloco(run, M, steps, H, lr), None),
+    ("check_diloco_loop", lambda run, M, steps, H, opt: asm._diloco(run, M, steps, H, opt), None),
     *[("check_diloco_loop", functools.partial(_diloco_with, mistake=k), k)
       for k in ("reset_state", "sign", "no_outer", "kept_local", "no_flush", "outer_flush")],
     ("check_streaming_round", asm._streaming_round(), None),
     *[("check_streaming_round", asm._streaming_round(k), k)
       for k in ("swapped", "no_overlap", "base", "sign", "no_outer")],
     ("check_streaming_round", lambda t, s, *a: "state", "structure"),
-    ("check_syncer", lambda ev, k, tau, tr, sf: asm.syncer(ev, k, tau, tr, sf), None),
-    ("check_syncer", lambda *a: (asm.syncer(*a)[0], dict.fromkeys(asm.syncer(*a)[1], 1.0)),
-     "other"),  # equal weights
-    *[("check_syncer", functools.partial(_syncer_with, mistake=k), k)
-      for k, _ in asm.MISTAKES],
+    ("check_syncer", el._handler(), None),
+    *[("check_syncer", el._handler(k), k) for k in el.MISTAKE_KEYS],
+    ("check_syncer", _closes_at_once, "other"),
+    ("check_syncer", lambda state, event, rules: "close", "structure"),
     ("check_quantizer", _quantize, None),
     ("check_quantizer", lambda x: jnp.clip(jnp.round(x), -7, 7), "no_scale"),
     ("check_quantizer", lambda x: _quantize(x) / (jnp.max(jnp.abs(x), -1, keepdims=True) / 7),
@@ -203,10 +204,12 @@ PLANTED = [
     ("check_token_weights", lambda t, s: np.where(s > 0, t / np.where(s > 0, s, 1), 0), "ratio"),
     ("check_token_weights", lambda t, s: s, "steps"),
     ("check_token_weights", lambda t, s: (s > 0).astype(float), "equal"),
-    ("check_close_time", dex.close_time, None),
+    ("check_close_time", dex._close_time, None),
     ("check_close_time", lambda a, t, k, *_: float(np.sort(t)[k - 1]), "no grace"),
     ("check_close_time", lambda a, t, *_: float(np.max(t)), "everyone"),
     ("check_close_time", lambda a, t, *_: float(np.min(t)), "first"),
+    ("check_close_time", lambda a, t, k, tau, tr, reply, s: dex._close_time(a, t, k, tau, tr, 0, s),
+     "no reply"),
     ("check_run_goodput", lambda p, lost, e, ts: (p - lost) / np.sum(e / ts), None),
     ("check_run_goodput", lambda p, lost, e, ts: p / np.sum(e / ts), "lost"),
     ("check_run_goodput", lambda p, lost, e, ts: (p - lost) / p, "processed"),
@@ -240,7 +243,7 @@ PLANTED = [
     ("check_sync_time", 1.5 * 434_688 * 8 / 1e8 + 6 * 0.005, "allreduce"),
     ("check_sync_time", 3 * 434_688 / 1e8 + 3 * 0.005, "bytes"),
     # notebook 08's recorded kill run: five applies, its final row, two logs
-    ("check_apply_position", aex.apply_position, None),
+    ("check_apply_position", aex._apply_position, None),
     ("check_apply_position", _apply(lambda a, b, p, t: _first(b, a) + t), None),
     ("check_apply_position", _apply(lambda a, b, p, t: _first(b, p) + t), "from_publish"),
     ("check_apply_position", _apply(lambda a, b, p, t: _first(b, a) + t, publish=False),
@@ -248,16 +251,16 @@ PLANTED = [
     ("check_apply_position", _apply(lambda a, b, p, t: _first(b, a, strict=True) + t),
      "strict_ask"),
     ("check_apply_position", _apply(lambda a, b, p, t: _first(b, a) - 1 + t), "from_ask"),
-    ("check_apply_position", lambda *a: aex.apply_position(*a) - 1, "zero_based"),
-    ("check_apply_position", lambda *a: aex.apply_position(*a) + 1, "one_late"),
-    ("check_apply_position", lambda a, b, p, t: b[aex.apply_position(a, b, p, t) - 1], "time"),
+    ("check_apply_position", lambda *a: aex._apply_position(*a) - 1, "zero_based"),
+    ("check_apply_position", lambda *a: aex._apply_position(*a) + 1, "one_late"),
+    ("check_apply_position", lambda a, b, p, t: b[aex._apply_position(a, b, p, t) - 1], "time"),
     ("check_kill_goodput", 143.5 / (4 * 18.017 / 0.2), None),
     ("check_kill_goodput", 143.5 / 320, "done"),
     ("check_kill_goodput", 143.5 / (3 * 18.017 / 0.2), "learners_up"),
     ("check_kill_goodput", 320 / (4 * 18.017 / 0.2), "lost"),
     ("check_kill_goodput", 143.5 / (18.017 / 0.2), "one_learner"),
     ("check_kill_goodput", 100 * 143.5 / (4 * 18.017 / 0.2), "percent"),
-    ("check_kill_timing", aex.kill_timing, None),
+    ("check_kill_timing", aex._kill_timing, None),
     ("check_kill_timing", _kill("right"), None),
     ("check_kill_timing", _kill("from_detection"), "from_detection"),
     ("check_kill_timing", _kill("window"), "window"),
@@ -322,26 +325,55 @@ def test_blank_and_crashing_answers_become_sentences(name, capsys):
     assert "ZeroDivisionError" in result.message
 
 
-def test_the_syncer_exercise_replays_the_reference():
-    """STREAMS[0] is notebook 04's worked example: its first sync, read from the reference's own
-    run of that config, closes where the exercise's syncer says, with the same learners; and a
-    planted change of the stream (learner 3 a little slower) moves both."""
-    from diloco_lite import reference
+def test_the_event_loop_scenarios_hold_what_the_exercise_promises():
+    """The check's expected decisions come from the reference's own logs: scenario 1 is
+    notebook 04's worked example (its first sync closes at 5 s with learners 0-3, weights in
+    proportion to their steps 4, 4, 4, 3, as the notebook works out by hand); together the
+    scenarios hold late and stale answers, a failure after an answer arrived, a learner down
+    for a whole sync, a rejoin, a grace window cut short by its deadline and end-of-run flushes
+    that leave a learner out."""
+    rules, events, expected = el._scenario(0)
+    t, kind_p, weights = expected[0][1], expected[0][2], expected[0][3]
+    assert (expected[0][0], t, kind_p, sorted(weights)) == ("close", 5.0, 0, [0, 1, 2, 3])
+    assert [weights[m] / weights[0] for m in range(4)] == [1, 1, 1, 3 / 4]
+    late = stale = 0
+    for n in range(len(el.SCENARIOS)):
+        _, events, expected = el._scenario(n)
+        closes = [d for d in expected if d[0] == "close"]
+        latest = {}
+        for e in events:
+            if e[0] == "ask":
+                latest[e[2]] = e[1]
+            elif e[0] == "arrive":
+                _, t, m, p, asked, _, _ = e
+                own = next((d for d in closes if d[2] == p and d[1] >= asked), None)
+                late += own is not None and own[1] < t
+                stale += asked != latest[p]
+    assert late >= 3 and stale >= 1
+    # scenario 2: learner 0's answer arrives at 4.3 s, it fails at 4.6 s, before the close
+    _, events, expected = el._scenario(1)
+    assert ("fail", 4.6, 0) in events and any(
+        e[:4] == ("arrive", 4.3, 0, 0) for e in events)
+    assert expected[0][0] == "close" and expected[0][1] > 4.6 and 0 not in expected[0][3]
+    kinds = [e[0] for n in range(3) for e in el._scenario(n)[1]]
+    assert kinds.count("rejoin") >= 2 and kinds.count("fail") >= 2
+    flushes = [(n, d) for n in range(3) for d in el._scenario(n)[2] if d[0] == "flush"]
+    assert flushes and all(d[3:] == ("mean", False) for _, d in flushes)
+    n, flush = flushes[0]
+    report = next(e for e in el._scenario(n)[1] if e[0] == "end")[2]
+    worked = {m for m, r in report.items() if r[flush[1]][2] >= 1}
+    assert set(flush[2]) < worked  # a learner with work since an older base is left out
 
-    def first_close(step_times):
-        cfg = dl.RunConfig(algorithm=dl.DecoupledDiLoCo(inner_steps=4, fragments=1, overlap=2,
-                                                        quorum=2, grace_safety=0.5),
-                           workers=5, steps=8, cluster=dl.Cluster(step_time_s=step_times),
-                           batch_size=4, seq_len=64, model=dl.ModelConfig(d_model=32,
-                           n_layers=1, n_heads=2))
-        log = []
-        reference.decoupled(cfg, log=log)
-        return next((t, who) for t, what, who, _ in log if what == "close")
 
-    t, weights = asm.syncer(**asm.STREAMS[0])
-    assert first_close((1, 1, 1, 1.5, 3)) == (t, tuple(weights)) == (5.0, (0, 1, 2, 3))
-    assert weights[3] / weights[0] == (3 * 256) ** 2 / 3 / ((4 * 256) ** 2 / 4)
-    assert first_close((1, 1, 1, 1.7, 3)) == (5.0, (0, 1, 2))  # 3 steps at 5.1 s: too late
+def test_the_event_loop_is_driven_in_the_references_order():
+    """At equal times an arrival comes before a timer (the reference's ANSWER < DEADLINE), a
+    timer set for now still goes off, and a handler's actions are read as decisions."""
+    rules = el.SyncerRules(learners=3, fragments=1, quorum=1, tau=1, t_ref=1.0, safety=0.0,
+                           t_reply=0.0)
+    events = [("ask", 1.0, 0), ("arrive", 1.0, 0, 0, 1.0, 8, 1), ("arrive", 1.0, 1, 0, 1.0, 8, 1),
+              ("end", 2.0, {})]
+    decisions = el.drive(el._handler(), events, rules)
+    assert [(d[0], d[1], sorted(d[3])) for d in decisions] == [("close", 1.0, [0, 1])]
 
 
 def test_a_check_on_the_library_mesh_runs_on_many_workers_per_device():
