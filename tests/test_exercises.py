@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from pathlib import Path
 
 import jax
@@ -300,6 +301,8 @@ def test_each_planted_mistake_is_named(name, answer, mistake, capsys):
     assert result.mistake == mistake, result.message
     assert result.ok is (mistake is None)
     assert str(result).startswith(PASS_MARK if mistake is None else FAIL_MARK)
+    if mistake is not None:  # what it says names the mistake, never the formula
+        assert formulas(result.message, name) == [], result.message
 
 
 def test_every_check_has_a_right_answer_and_a_named_mistake():
@@ -318,6 +321,7 @@ def test_blank_and_crashing_answers_become_sentences(name, capsys):
         result = _call(name, answer, capsys)
         assert (result.ok, result.mistake) == (False, TODO)
         assert str(result) == f"{FAIL_MARK} {title}: not done yet: {todo}"
+        assert formulas(result.message, name) == []
     if name in NUMBERS:
         return
     result = _call(name, lambda *a: 1 / 0, capsys)
@@ -431,3 +435,389 @@ def test_notebook_solutions_pass_and_blanks_fail_with_their_hints(name):
     assert all(line in hints for line in blank), blank
     titles = [line.split(":")[0][2:] for line in solved]
     assert titles == [line.split(":")[0][2:] for line in blank]
+
+
+# ---- no student notebook imports an answer ----------------------------------------------------
+
+SOLUTIONS = sorted((EXERCISES / "solutions").glob("*.py"))
+# What a student notebook may take from diloco_lite: the package itself (as `dl`, and of it only
+# the set-up helpers below), the checks, the data they show, and two helpers of notebooks 00
+# and 01 (counting a model's parameters, measuring a compiled program's collectives); nothing
+# that computes an exercise's answer (the references of the checks, `diloco_lite.reference`,
+# `wire`, `systems`, `clock`, `outer`, ...).
+DATA = {"SyncerRules", "StreamingState", "APPLY_CASES", "KILL_LOG", "KILL_ROW"}
+ALLOWED_FROM = {"diloco_lite.comm": {"collective_bytes"},
+                "diloco_lite.model": {"build_model", "count_params"}}
+DL_ATTRIBUTES = {"emulate_devices", "enable_compilation_cache", "worker_mesh", "load_corpus",
+                 "ModelConfig"}
+
+
+def solution_names(solution: Path) -> set[str]:
+    """The names a student writes: functions with a solution block, and the names a top-level
+    solution block assigns."""
+    lines, names, current = solution.read_text().splitlines(), set(), None
+    for line in lines:
+        if m := re.match(r"def (\w+)\(", line):
+            current = m[1]
+        if line.strip() == blank.BEGIN and line.startswith(" ") and current:
+            names.add(current)
+    inside = False
+    for line in lines:  # names assigned inside top-level blocks
+        if line.strip() == blank.BEGIN and not line.startswith(" "):
+            inside = True
+        elif line.strip() == blank.END:
+            inside = False
+        elif inside and (m := blank._ASSIGNED.match(line)):
+            names.update(n.strip() for n in m[1].split(","))
+    return names
+
+
+def answer_imports(source: str, answers: set[str]) -> list[str]:
+    """What `source` (a notebook's code) imports or uses of diloco_lite beyond what a student
+    notebook may, and any name it imports that is one of `answers`."""
+    import ast
+
+    found, aliases = [], set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "diloco_lite":
+                    aliases.add(a.asname or a.name)
+                elif a.name.startswith("diloco_lite."):
+                    found.append(a.name)
+                if (a.asname or a.name) in answers:
+                    found.append(a.asname or a.name)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            for a in node.names:
+                if module == "diloco_lite" or module.startswith("diloco_lite."):
+                    if module == "diloco_lite.exercises" or module.startswith(
+                            "diloco_lite.exercises."):
+                        ok = a.name.startswith("check_") or a.name in DATA
+                    else:
+                        ok = a.name in ALLOWED_FROM.get(module, set())
+                    if not ok:
+                        found.append(f"{module}.{a.name}")
+                if (a.asname or a.name) in answers:
+                    found.append(a.asname or a.name)
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases and node.attr not in DL_ATTRIBUTES):
+            found.append(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def _code(notebook_py: Path) -> str:
+    import jupytext
+
+    nb = jupytext.read(notebook_py)
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.stem)
+def test_no_student_notebook_imports_an_answer(solution):
+    assert len(SOLUTIONS) == 9
+    answers = solution_names(solution)
+    assert answers, "every exercise notebook has answers to write"
+    assert answer_imports(_code(EXERCISES / solution.name), answers) == []
+
+
+def test_the_import_audit_finds_the_leaks_it_was_written_for():
+    """The leaks the review found, planted back one at a time, and a few more."""
+    answers = solution_names(EXERCISES / "solutions" / "04_decoupled_diloco.py")
+    assert {"token_weights", "close_time", "handle", "rda_merge", "run_goodput"} <= answers
+    planted = {
+        "from diloco_lite.exercises.assemble import syncer": "diloco_lite.exercises.assemble.syncer",
+        "from diloco_lite.reference.common import quantize": "diloco_lite.reference.common.quantize",
+        "from diloco_lite.systems import bandwidth as bw": "diloco_lite.systems.bandwidth",
+        "from diloco_lite.systems.goodput_closed import daly_interval":
+            "diloco_lite.systems.goodput_closed.daly_interval",
+        "from diloco_lite.clock import exchange_cost": "diloco_lite.clock.exchange_cost",
+        "from diloco_lite.exercises.actors import _apply_position":
+            "diloco_lite.exercises.actors._apply_position",
+        "import diloco_lite.outer": "diloco_lite.outer",
+        "import diloco_lite as dl\ndl.reference.decoupled(x)": "dl.reference",
+        "from mylib import token_weights": "token_weights",
+    }
+    for source, leak in planted.items():
+        assert answer_imports(source, answers) == [leak], source
+    fine = ("import diloco_lite as dl\ndl.emulate_devices(8)\nfrom diloco_lite.exercises import "
+            "check_syncer, SyncerRules\nfrom diloco_lite.model import count_params\n")
+    assert answer_imports(fine, answers) == []
+
+
+def test_the_exercises_package_exposes_no_answer():
+    """The checks keep their references private: no module of diloco_lite.exercises has a
+    public name a student writes, and the package exports checks and data only."""
+    import importlib
+    import pkgutil
+
+    answers = set().union(*(solution_names(p) for p in SOLUTIONS))
+    for info in pkgutil.iter_modules(ex.__path__):
+        if info.name == "__main__":
+            continue
+        module = importlib.import_module(f"diloco_lite.exercises.{info.name}")
+        public = {n for n in vars(module) if not n.startswith("_")}
+        assert not public & answers, (info.name, public & answers)
+    assert all(n.startswith("check_") or n in DATA | {"CHECKS", "Result"} for n in ex.__all__)
+
+
+# ---- a wrong answer names the mistake, never the formula ------------------------------------
+
+_OPS = {"+", "-", "*", "/", "**"}
+_UNITS = re.compile(r"\b(?:[GMk]?bits?|[GMk]?B|Gbit|Mbit|kbit)/s\b")
+
+
+def _tokens(text: str) -> list[tuple[str, str, bool]]:
+    """(kind, text, glued to the previous token) of a message, math signs normalised."""
+    text = _UNITS.sub(" UNIT ", text)
+    for a, b in {"·": "*", "×": "*", "⋅": "*", "−": "-", "÷": "/", "^": "**", "√": " sqrt ",
+                 "Σ": " sum ", "∑": " sum ", "‖": " ", "|": " "}.items():
+        text = text.replace(a, b)
+    text = re.sub(r"(?<=[^\W_])-(?=[^\W\d_])", "_", text)  # end-of-run, 4-bit: words
+    out, end = [], 0
+    for m in re.finditer(r"[^\W\d][\w′']*|\d+(?:[.,]\d+)*|\*\*|[-+*/=()]|\S", text):
+        kind = ("name" if m[0][0].isalpha() or m[0][0] == "_" else
+                "num" if m[0][0].isdigit() else m[0])
+        out.append((kind, m[0], m.start() == end))
+        end = m.end()
+    return out
+
+
+def _runs(text: str) -> list[str]:
+    """The math-looking runs of a message as Python expressions (names renamed n0, n1, ...):
+    operand (operator operand)*, an operand a name, a number, a call or a parenthesised run;
+    a number glued to a name or a bracket multiplies it."""
+    toks = _tokens(text)
+    names: dict[str, str] = {}
+
+    def operand(i):
+        if i >= len(toks):
+            return None
+        kind, word, _ = toks[i]
+        if kind == "name" and word == "sqrt" and i + 1 < len(toks):
+            inner = operand(i + 1)
+            return (f"sqrt({inner[0]})", inner[1]) if inner else None
+        if kind == "(":
+            inner = run(i + 1)
+            if inner and inner[1] < len(toks) and toks[inner[1]][0] == ")":
+                return (f"({inner[0]})", inner[1] + 1)
+            return None
+        if kind == "num":
+            text_, j = word.replace(",", ""), i + 1
+            if j < len(toks) and toks[j][2] and toks[j][0] in ("name", "("):
+                rest = operand(j)
+                if rest:
+                    return (f"{text_}*{rest[0]}", rest[1])
+            return (text_, j)
+        if kind == "name" and word != "UNIT":
+            name = names.setdefault(word, f"n{len(names)}")
+            j = i + 1
+            if j < len(toks) and toks[j][0] == "(" and toks[j][2]:  # a call: f(x)
+                inner = run(j + 1)
+                if inner and inner[1] < len(toks) and toks[inner[1]][0] == ")":
+                    return (f"{name}({inner[0]})", inner[1] + 1)
+            return (name, j)
+        return None
+
+    def run(i):
+        first = operand(i)
+        if not first:
+            return None
+        expr, j = first
+        while j + 1 < len(toks) and toks[j][0] in _OPS | {"="}:
+            nxt = operand(j + 1)
+            if not nxt:
+                break
+            expr, j = f"{expr} {toks[j][1] if toks[j][0] != '=' else '=='} {nxt[0]}", nxt[1]
+        return expr, j
+
+    found, i = [], 0
+    while i < len(toks):
+        r = run(i)
+        if r and any(op in r[0] for op in (" + ", " - ", " * ", " / ", " ** ", " == ")):
+            found.append(r[0])
+            i = r[1]
+        else:
+            i += 1
+    return found
+
+
+def _shape(node, names) -> str:
+    """A canonical form of an expression: names by order of appearance, calls by function."""
+    import ast
+
+    if isinstance(node, ast.BinOp):
+        op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**",
+              ast.FloorDiv: "/"}.get(type(node.op), "?")
+        return f"({_shape(node.left, names)}{op}{_shape(node.right, names)})"
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return f"-{_shape(node.operand, names)}"
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return repr(float(node.value))
+    if isinstance(node, ast.Call):
+        func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(
+            node.func, "id", "f")
+        if func in {"sqrt", "exp", "expm1", "sum", "mean", "max", "min", "round", "clip",
+                    "abs", "log"}:
+            return f"{func}(" + ",".join(_shape(a, names) for a in node.args) + ")"
+    key = ast.dump(node)
+    if isinstance(node, ast.Name):
+        key = node.id
+    elif isinstance(node, ast.Attribute):
+        key = node.attr
+    elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        key = str(node.slice.value)
+    return names.setdefault(key, f"v{len(names)}")
+
+
+def _binop_shapes(tree) -> set[str]:
+    """The shapes of every arithmetic sub-expression with two different variables or more."""
+    import ast
+
+    shapes = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp):
+            names: dict = {}
+            shape = _shape(node, names)
+            if len(names) >= 2:
+                shapes.add(shape)
+    return shapes
+
+
+def solution_shapes(solution: Path) -> dict[str, set[str]]:
+    """check name -> the shapes of the expressions in the solution blocks it checks (a block
+    belongs to the first check called after it)."""
+    import ast
+    import textwrap
+
+    text = solution.read_text()
+    shapes: dict[str, set[str]] = {}
+    for block in re.finditer(rf"{re.escape(blank.BEGIN)}\n(.*?)\n\s*{re.escape(blank.END)}",
+                             text, re.S):
+        check = re.search(r"\b(check_\w+)\(", text[block.end():])[1]
+        code = textwrap.dedent(block[1])
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:  # a fragment of a function: parse it as one
+            tree = ast.parse("def _():\n" + textwrap.indent(code, "    "))
+        shapes.setdefault(check, set()).update(_binop_shapes(tree))
+    return shapes
+
+
+SHAPES: dict[str, set[str]] = {}
+for _solution in SOLUTIONS:
+    SHAPES.update(solution_shapes(_solution))
+
+
+def formulas(message: str, check: str | None = None) -> list[str]:
+    """The formulas in a message: a run with an equals sign and an operator, or with two
+    operators over two different names or more; or any run with an expression of the
+    solution `check` checks (every solution's, if None), up to the names."""
+    import ast
+
+    shapes = SHAPES.get(check, set()) if check else set().union(*SHAPES.values())
+    found = []
+    for expr in _runs(message):
+        ops = sum(expr.count(f" {op} ") for op in ("+", "-", "*", "/", "**"))
+        names = set(re.findall(r"\bn\d+\b", expr))
+        if (" == " in expr and ops >= 1 and names) or (ops >= 2 and len(names) >= 2):
+            found.append(expr)
+            continue
+        for side in expr.split(" == "):
+            try:
+                tree = ast.parse(side.strip(), mode="eval")
+            except SyntaxError:
+                continue
+            if _binop_shapes(tree) & shapes:
+                found.append(expr)
+                break
+    return found
+
+
+def failure_strings(module_path: Path) -> list[str]:
+    """Every string a check module can print on a failure: all its string literals (an
+    f-string's fields read as a number) but docstrings and what passes (`success=`,
+    `passed(...)`)."""
+    import ast
+
+    tree = ast.parse(module_path.read_text())
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body and \
+                isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            skip.add(id(node.body[0].value))
+        if isinstance(node, ast.Call):
+            parts = [k.value for k in node.keywords if k.arg == "success"]
+            if getattr(node.func, "id", "") == "passed":
+                parts += node.args
+            for part in parts:
+                skip.update(id(n) for n in ast.walk(part))
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.JoinedStr):
+            skip.update(id(v) for v in node.values)
+            out.append("".join(v.value if isinstance(v, ast.Constant) else " 7 "
+                               for v in node.values))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.append(node.value)
+    return out
+
+
+CHECK_MODULES = sorted(p for p in (ROOT / "diloco_lite" / "exercises").glob("*.py")
+                       if p.stem not in {"__init__", "__main__", "blank", "grade", "pack"})
+
+
+@pytest.mark.parametrize("module", CHECK_MODULES, ids=lambda p: p.stem)
+def test_no_failure_message_prints_a_formula(module):
+    """Read from the source: every message a check of this module can print when an answer
+    is wrong (the named mistakes, the catch-all, the hints, the errors)."""
+    strings = failure_strings(module)
+    assert len(strings) >= 5
+    assert [(s, f) for s in strings if (f := formulas(s))] == []
+
+
+OLD_MESSAGES = [  # formulas the checks used to print, and a few more
+    "expected w_m = tokens_m · tokens_m / steps_m (up to a common scale)",
+    "weigh quantity × quality, tokens · tokens/steps (learners with bigger batches took better "
+    "steps)",
+    "expected the later of the quorum time and min(t_quorum + grace, the last answer)",
+    "expected (processed − lost) / Σ_m elapsed / step_time_m",
+    "Δ should be θ − θ_m, leaf by leaf",
+    "a ring all-reduce moves 2(R−1)/R = 1.75 times the payload through each link",
+    "compare your formula with G = T_work / ((e^(λ(T_work+δ)) − 1)·(1/λ + W))",
+    "Young's rule has a factor 2 under the root: √(2δ·MTBF)",
+    "expected s = max|row|/7, codes clip(round(x/s), −7, 7), result codes·s",
+    "RDA: r = Σ w‖Δ_m‖/Σ w, u = Σ w Δ_m/‖Δ_m‖, result r·u/‖u‖",
+    "got 5, expected useful / (M × elapsed / step time) = 0.4",
+]
+
+
+def test_the_formula_detector_finds_formulas_and_spares_prose():
+    for message in OLD_MESSAGES:
+        assert formulas(message), message
+    # the solution's own expression, in the message's notation, for the check it belongs to
+    assert formulas("weigh each answer by its tokens · tokens / steps", "check_token_weights")
+    assert formulas("each learner offers elapsed / its step time", "check_run_goodput")
+    prose = ["the end-of-run flush is not merged like a sync: reread `flush`",
+             "that is in GB/s: links are rated in Gbit/s", "your mean is 8× too large",
+             "scenario 2 (failures): your decision 1 is a close of fragment 0 at 4.3 s with "
+             "{0: 0.50, 1: 0.50}", "a 4-bit code, α = 0 is plain replacement, K = 2",
+             "the ring's sequential hops: 3 of them (M = 4)"]
+    for message in prose:
+        assert formulas(message) == [], message
+
+
+def test_putting_a_formula_back_into_a_check_fails_the_message_test(tmp_path):
+    """The old catch-all of the token-weights check, put back into a copy of its module."""
+    source = (ROOT / "diloco_lite" / "exercises" / "decoupled.py").read_text()
+    current = 'other="your weights do not grow with the tokens per step as the notebook\'s "'
+    assert current in source
+    planted = tmp_path / "decoupled.py"
+    planted.write_text(source.replace(current, 'other="expected w_m = tokens_m · tokens_m / '
+                                               'steps_m (up to a common scale); "'))
+    assert [s for s in failure_strings(planted) if formulas(s)]
+    assert not [s for s in failure_strings(ROOT / "diloco_lite/exercises/decoupled.py")
+                if formulas(s)]
