@@ -527,8 +527,10 @@ def test_the_import_audit_finds_the_leaks_it_was_written_for():
     answers = solution_names(EXERCISES / "solutions" / "04_decoupled_diloco.py")
     assert {"token_weights", "close_time", "handle", "rda_merge", "run_goodput"} <= answers
     planted = {
-        "from diloco_lite.exercises.assemble import syncer": "diloco_lite.exercises.assemble.syncer",
-        "from diloco_lite.reference.common import quantize": "diloco_lite.reference.common.quantize",
+        "from diloco_lite.exercises.assemble import syncer":
+            "diloco_lite.exercises.assemble.syncer",
+        "from diloco_lite.reference.common import quantize":
+            "diloco_lite.reference.common.quantize",
         "from diloco_lite.systems import bandwidth as bw": "diloco_lite.systems.bandwidth",
         "from diloco_lite.systems.goodput_closed import daly_interval":
             "diloco_lite.systems.goodput_closed.daly_interval",
