@@ -333,8 +333,8 @@ def test_the_event_loop_scenarios_hold_what_the_exercise_promises():
     """The check's expected decisions come from the reference's own logs: scenario 1 is
     notebook 04's worked example (its first sync closes at 5 s with learners 0-3, weights in
     proportion to their steps 4, 4, 4, 3, as the notebook works out by hand); together the
-    scenarios hold late and stale answers, a failure after an answer arrived, a learner down
-    for a whole sync, a rejoin, a grace window cut short by its deadline and end-of-run flushes
+    scenarios hold late and stale answers, a failure after an answer arrived, an answer that
+    arrives from a learner already down, a learner down for a whole sync, a rejoin, a grace window cut short by its deadline and end-of-run flushes
     that leave a learner out."""
     rules, events, expected = el._scenario(0)
     t, kind_p, weights = expected[0][1], expected[0][2], expected[0][3]
@@ -359,6 +359,10 @@ def test_the_event_loop_scenarios_hold_what_the_exercise_promises():
     assert ("fail", 4.6, 0) in events and any(
         e[:4] == ("arrive", 4.3, 0, 0) for e in events)
     assert expected[0][0] == "close" and expected[0][1] > 4.6 and 0 not in expected[0][3]
+    # ... and learner 1's answer is on its way when it fails at 12.1 s: it arrives while down
+    assert ("fail", 12.1, 1) in events and any(
+        e[0] == "arrive" and e[2] == 1 and 12.1 < e[1] < 14.0 for e in events)
+    assert all(1 not in d[3] for d in expected if d[0] == "close" and 12.1 < d[1] < 14.0)
     kinds = [e[0] for n in range(3) for e in el._scenario(n)[1]]
     assert kinds.count("rejoin") >= 2 and kinds.count("fail") >= 2
     flushes = [(n, d) for n in range(3) for d in el._scenario(n)[2] if d[0] == "flush"]

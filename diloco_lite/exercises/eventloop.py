@@ -83,9 +83,10 @@ SCENARIOS = (
     Scenario("notebook 04's worked example", "5 learners, two of them slow, one fragment",
              (1, 1, 1, 1.5, 3), fragments=1, inner_steps=4, overlap=2, quorum=2, safety=0.5),
     Scenario("failures", "learner 0 fails after its answer arrived, which breaks the quorum, "
-             "and comes back; learner 3, slow, is down for a whole sync", (1, 1, 1, 1.7),
-             fragments=1, inner_steps=4, overlap=2, quorum=3, safety=0.5, latency_s=0.3,
-             failures=((0, 4.6, 6.2), (3, 7.0, 9.5))),
+             "and comes back; learner 3, slow, is down for a whole sync; learner 1 fails while "
+             "its answer is on its way", (1, 1, 1, 1.7), fragments=1, inner_steps=4, overlap=2,
+             quorum=3, safety=0.5, latency_s=0.3,
+             failures=((0, 4.6, 6.2), (3, 7.0, 9.5), (1, 12.1, 14.0))),
     Scenario("a slow link", "two fragments, 0.8 s of latency: learner 3's answers come late, "
              "one after the next sync of its fragment opened", (1, 1, 1, 3.4), fragments=2,
              inner_steps=2, overlap=1, quorum=2, safety=0.5, latency_s=0.8),
@@ -313,7 +314,8 @@ def _handler(mistake=None):
         if kind == "arrive":
             _, _, m, p, asked, tokens, steps = event
             s = syncs.get(p)
-            if s is None or m in down or (asked != s["asked"] and mistake != "stale"):
+            if s is None or (m in down and mistake != "down_merged") or (
+                    asked != s["asked"] and mistake != "stale"):
                 return []  # late (its sync closed), or its learner failed since it sent it
             s["answers"][m] = 1.0 if mistake == "equal" else tokens * tokens / steps
             s["answered"].add(m)
@@ -372,6 +374,8 @@ MISTAKES = [
      "end of the run does with the remaining work (notebook 04, section 1, `flush`)"),
     ("flush_stale", "the flush averaged in work measured from an old base: check which "
      "learners' remaining work is measured from the newest merged fragment"),
+    ("down_merged", "you merged an answer that arrived from a learner that was down: its "
+     "work was lost with it"),
     ("no_grace", "your syncs close as soon as the quorum is in: reread what the syncer may "
      "still wait for after the quorum, and for how long"),
     ("everyone", "you waited for every learner that is up, past the end of the grace window: "
