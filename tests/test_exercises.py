@@ -334,8 +334,8 @@ def test_the_event_loop_scenarios_hold_what_the_exercise_promises():
     notebook 04's worked example (its first sync closes at 5 s with learners 0-3, weights in
     proportion to their steps 4, 4, 4, 3, as the notebook works out by hand); together the
     scenarios hold late and stale answers, a failure after an answer arrived, an answer that
-    arrives from a learner already down, a learner down for a whole sync, a rejoin, a grace window cut short by its deadline and end-of-run flushes
-    that leave a learner out."""
+    arrives from a learner already down, a learner down for a whole sync, a rejoin, a grace
+    window cut short by its deadline and end-of-run flushes that leave a learner out."""
     rules, events, expected = el._scenario(0)
     t, kind_p, weights = expected[0][1], expected[0][2], expected[0][3]
     assert (expected[0][0], t, kind_p, sorted(weights)) == ("close", 5.0, 0, [0, 1, 2, 3])
