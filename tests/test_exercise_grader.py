@@ -49,10 +49,14 @@ def test_the_grader_knows_every_notebooks_exercises():
     ("README.md", "is not a Jupyter notebook"),
     ("notebooks", "not a file"),
     ("bad.ipynb", "is not a Jupyter notebook"),
+    ("invalid.ipynb", "is not a Jupyter notebook"),
 ])
 def test_bad_input_is_a_sentence_and_exit_status_2(bad, says, tmp_path):
     (tmp_path / "bad.ipynb").write_text('{"cells": 3}')
+    (tmp_path / "invalid.ipynb").write_text(json.dumps(  # JSON of version 4, a cell without source
+        {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "code"}]}))
     path = {"missing.ipynb": tmp_path / "missing.ipynb", "bad.ipynb": tmp_path / "bad.ipynb",
+            "invalid.ipynb": tmp_path / "invalid.ipynb",
             "README.md": ROOT / "README.md", "notebooks": ROOT / "notebooks"}[bad]
     run = _grade(path, timeout=120)
     assert run.returncode == 2, run.stderr
