@@ -106,5 +106,12 @@ lab: $(STAMP)
 notebooks-sync: $(STAMP)
 	$(PY) -m diloco_lite.notebook_sync .
 
+## make student-pack: the blank exercise notebooks (.ipynb, no solutions, no outputs) and a
+## README for students in build/student-pack/, ready to hand out; a teacher grades a returned
+## one with `python -m diloco_lite.exercises grade NOTEBOOK.ipynb`
+.PHONY: student-pack
+student-pack: $(STAMP)
+	$(PY) -m diloco_lite.exercises pack build/student-pack
+
 clean:
 	rm -rf $(VENV) $(COLAB_VENV) data/cache runs

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -22,6 +24,9 @@ from ..plots.tables import number as fmt  # noqa: F401  (thousands separators, 4
 TODO, ERROR, OTHER = "todo", "error", "other"  # mistake keys shared by every check
 PASS_MARK, FAIL_MARK = "✔", "✘"
 CHECKS: dict[str, tuple[str, str]] = {}  # check name -> (title, todo hint): what tests read
+# When this environment variable names a file, every verdict is also appended to it as one JSON
+# line ({"check", "title", "ok", "mistake", "message"}): what the grader reads.
+RECORD_ENV = "DILOCO_LITE_GRADE_RECORD"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,11 +86,26 @@ def exercise(title: str, todo: str) -> Callable:
                                            "compare its type and shape with the exercise's")
             result = dataclasses.replace(result, title=title)
             print(result, flush=True)
+            record(check.__name__, result)
             return result
 
         return run
 
     return wrap
+
+
+def record(name: str, result: Result) -> None:
+    """Append the verdict to the file `$DILOCO_LITE_GRADE_RECORD` names, if it names one."""
+    path = os.environ.get(RECORD_ENV)
+    if not path:
+        return
+    line = json.dumps(dict(check=name, title=result.title, ok=result.ok, mistake=result.mistake,
+                           message=result.message), ensure_ascii=False)
+    try:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+    except OSError:
+        pass  # grading is best effort: the printed line is the verdict
 
 
 def blank(value: Any) -> bool:

@@ -31,7 +31,7 @@ APPLY_CASES = [
 ]
 
 
-def apply_position(ask_s, boundaries_s, publish_s, tau) -> int:
+def _apply_position(ask_s, boundaries_s, publish_s, tau) -> int:
     """The reference: the learner's first boundary at or after the ask is step f (steps done,
     counted from 1); it applies at its first boundary that is at least f + τ and at or after
     the publish."""
@@ -60,7 +60,7 @@ def check_apply_position(fn) -> Result:
                                 f"(got {type(out).__name__})")
         got.append(float(out))
     got = np.array(got)
-    ref = np.array([apply_position(*c[1:]) for c in APPLY_CASES], dtype=float)
+    ref = np.array([_apply_position(*c[1:]) for c in APPLY_CASES], dtype=float)
 
     def rule(due, publish=True):
         return np.array([_applied(b, due(ask, b, pub, tau), pub if publish else -np.inf)
@@ -77,22 +77,22 @@ def check_apply_position(fn) -> Result:
          "not from the publish: the result is due τ steps after the ask, however long the "
          "merge took"),
         ("ignores_publish", rule(lambda a, b, p, t: _first(b, a) + t, publish=False), "a "
-         "learner cannot apply a fragment before it is published: when the merge comes after "
-         "boundary f + τ (a slow merge), it applies at its next boundary after the publish"),
+         "learner cannot apply a fragment before it is published: when the merge is published "
+         "after the due boundary (a slow merge), it cannot be applied there"),
         ("strict_ask", rule(lambda a, b, p, t: _first(b, a, strict=True) + t), "a boundary at "
          "the very instant of the ask comes after it (the ask reaches a learner that finishes a "
          "step at that time): it is the learner's first boundary since the ask"),
         ("from_ask", rule(lambda a, b, p, t: _first(b, a) - 1 + t), "off by one: τ counts from "
-         "the learner's first boundary at or after the ask (f, where it answers), not from its "
-         "steps done at the ask (f − 1)"),
+         "the learner's first boundary at or after the ask (where it answers), not from the "
+         "steps it had done when the ask came"),
         ("zero_based", ref - 1, "off by one: return the learner's steps done at that boundary "
          "(1 for its first step), not the boundary's index in `boundaries_s` (from 0)"),
-        ("one_late", ref + 1, "off by one: the learner applies at boundary f + τ itself (if the "
-         "fragment is published by then), not at the one after"),
+        ("one_late", ref + 1, "off by one: the learner applies one boundary earlier, at the "
+         "due boundary itself when the fragment is published by then"),
         ("time", times, "that is the time of the boundary: return the learner's steps done "
          "there (its position), not the time"),
     ], other=f"{who} (ask {ask:g} s, publish {pub:g} s, τ = {tau}): you said "
-             f"{fmt(got[bad])}, it applied at step {ref[bad]:.0f} ({times[bad]:g} s)",
+             f"{fmt(got[bad])}; replay that case by hand, boundary by boundary",
         rtol=1e-9, atol=1e-9)
 
 
@@ -122,9 +122,10 @@ def check_kill_goodput(predicted, *, useful_steps: float = 143.5, learner_steps:
         ("lost", learner_steps / offered, "that counts every learner-step as useful: the lost "
          "ones (work a failure or an arriving fragment threw away) never reached the model"),
         ("one_learner", useful_steps / (elapsed_s / step_s), "goodput cannot exceed 1: the "
-         f"cluster offers M × elapsed / step time, all {learners} learners, not one"),
+         f"cluster offers the steps of all {learners} learners, not one"),
         ("percent", 100 * ref, "give a fraction (0.5), not a percentage (50)"),
-    ], other=f"got {fmt(got)}, expected useful / (M × elapsed / step time) = {ref:.4f}",
+    ], other=f"got {fmt(got)}: neither the goodput nor a classic mistake; what did the "
+             "cluster offer, and what of it was useful?",
         rtol=1e-6)
 
 
@@ -183,7 +184,7 @@ TWO_KILLS_LOG = _log("""
 KILL_CASES = [(KILL_LOG, 1, (1.1, 4.05)), (TWO_KILLS_LOG, 2, (1.5, 3.0))]
 
 
-def kill_timing(log, learner, window) -> tuple[float, float]:
+def _kill_timing(log, learner, window) -> tuple[float, float]:
     """The reference: (when the syncer learned of the kill − the kill, the rejoin − the kill);
     the kill is the window's start, `fail` and `rejoin` the learner's first events of those
     kinds after it."""
@@ -204,7 +205,7 @@ def check_kill_timing(fn) -> Result:
             raise Stop("shape", "return two numbers: (detection delay, downtime), in seconds")
         got.append([float(answer(x)) for x in out])
     got = np.array(got)
-    ref = np.array([kill_timing(*c) for c in KILL_CASES])
+    ref = np.array([_kill_timing(*c) for c in KILL_CASES])
 
     def events(log, m, kind):
         return min(t for t, e, q, _ in log if e == kind and (m is None or q == m))
@@ -231,13 +232,13 @@ def check_kill_timing(fn) -> Result:
          "(the log's `rejoin`), often later"),
         ("past_window", pair(detect, backs - ends), "that is how late the rejoin came after the "
          "window's end; the downtime runs from the kill (the window's start)"),
-        ("absolute", pair(fails, backs), "those are times since the run's start: subtract the "
-         "time of the kill (the window's start)"),
+        ("absolute", pair(fails, backs), "those are times since the run's start: measure both "
+         "from the kill (the window's start)"),
         ("other_learner", anyone, "take the `fail` and `rejoin` events of this learner (the log's "
          "third field): in the second log two learners were killed"),
-    ], other=f"expected {', '.join(f'({d:.3f}, {down:.3f})' for d, down in ref)} for the "
-             f"two kills", rtol=1e-6, atol=1e-9)
+    ], other="neither pair matches the logs: find the learner's own `fail` and `rejoin` "
+             "events by hand", rtol=1e-6, atol=1e-9)
 
 
-__all__ = ["check_apply_position", "check_kill_goodput", "check_kill_timing", "apply_position",
-           "kill_timing", "APPLY_CASES", "KILL_LOG", "KILL_ROW", "TWO_KILLS_LOG"]
+__all__ = ["check_apply_position", "check_kill_goodput", "check_kill_timing", "APPLY_CASES",
+           "KILL_LOG", "KILL_ROW", "TWO_KILLS_LOG"]

@@ -53,11 +53,12 @@ def check_global_max(fn) -> Result:
     got = number(attempt(on_mesh(answer(fn), mesh), x, explain=_unreplicated("maximum")))
     local_maxima = np.array(MAX_DATA).reshape(mesh.devices, -1).max(axis=1)
     return judge(got, max(MAX_DATA), success="every device knows the global max, 11", mistakes=[
-        ("psum", local_maxima.sum(), "that is the SUM of the devices' maxima: psum adds, "
-         "jax.lax.pmax takes the largest"),
-        ("pmean", local_maxima.mean(), "that is the MEAN of the devices' maxima: use "
-         "jax.lax.pmax, not pmean"),
-    ], other=f"got {fmt(got)}, expected 11: take jnp.max of the whole block, then jax.lax.pmax")
+        ("psum", local_maxima.sum(), "that is the SUM of the devices' maxima: psum adds; "
+         "jax.lax has a collective that keeps the largest value too"),
+        ("pmean", local_maxima.mean(), "that is the MEAN of the devices' maxima: averaging "
+         "is not what you want here; look for the collective that keeps the largest value"),
+    ], other=f"got {fmt(got)}, expected 11: each device reduces its own block first, then the "
+             "devices' values are combined")
 
 
 @exercise("all-reduce bytes", todo="set `predicted` to the bytes ONE device contributes to "
@@ -78,7 +79,8 @@ def check_allreduce_bytes(predicted, workers: int = 8) -> Result:
         ("one_array", 64 * 64 * 4, "you counted the f32[64, 64] array only: the f32[100] one "
          "is all-reduced too"),
         ("bits", 8 * ref, "that is in bits: divide by 8 for bytes"),
-    ], other=f"got {fmt(predicted)}: count (64·64 + 100) values × 4 bytes")
+    ], other=f"got {fmt(predicted)}: count the values of both arrays, then the bytes each "
+             "one takes")
 
 
 @exercise("mean loss over 16 workers", todo="return the mean of the 16 workers' losses, "
@@ -98,12 +100,13 @@ def check_mean_loss(fn) -> Result:
     per_device, devices = mesh.workers_per_device, mesh.devices
     return judge(got, 22.5, success="the mean loss of the 16 workers is 22.5 on every device",
                  mistakes=[
-        ("psum", 22.5 * devices, f"psum adds the {devices} devices' means: use jax.lax.pmean"),
+        ("psum", 22.5 * devices, f"your mean is {devices}× too large: psum adds the "
+         f"{devices} devices' means, and you want their average"),
         ("local_sum", 22.5 * per_device, f"you summed the {per_device} workers of a device: "
          "average them (jnp.mean) so that each worker counts once"),
         ("both_sums", 22.5 * 16, "that is the SUM of the 16 losses: average over the device's "
          "workers (jnp.mean) and over the devices (pmean)"),
-    ], other=f"got {fmt(got)}, expected 3 · mean(0..15) = 22.5")
+    ], other=f"got {fmt(got)}, expected 22.5, the mean of the 16 workers' losses")
 
 
 @exercise("DDP gradient", todo="write ddp_grad, then grad_fn: the mean loss over all M "
@@ -131,13 +134,14 @@ def check_ddp_gradient(grad_fn, loss_fn, params, batch_MxBxL1) -> Result:
                  "ran inside a check_vma=True shard_map, where autodiff already SUMS the "
                  "gradient over the devices (the transpose of broadcasting the replicated "
                  "parameters) so the pmean after it averages identical sums; or you used psum. "
-                 "Pass check_vma=False to shard_map (local gradients, then pmean)")]
+                 "Notebook 01 §3 shows which shard_map argument gives each device its local "
+                 "gradient")]
     if workers != devices:
         mistakes.append(("times_workers", times(workers),
-                         f"your gradient is {workers}× too large: psum adds the {workers} "
-                         "workers' gradients, pmean averages them"))
+                         f"your gradient is {workers}× too large: the {workers} workers' "
+                         "gradients were added, not averaged"))
     mistakes.append(("one_worker", grad(host, batch[0]), "that is worker 0's gradient alone: "
-                     "average the workers' gradients with jax.lax.pmean over 'workers'"))
+                     "the workers' gradients must be combined across the devices"))
     return judge(grads, ref, mistakes=mistakes, rtol=2e-4,
                  success="equal to the gradient of the mean loss over the whole global batch",
                  other="your gradient differs from the gradient of the mean loss over the "
@@ -173,4 +177,5 @@ def check_ddp_step_bytes(predicted, params, workers: int = 8) -> Result:
          "worker's contribution"),
         ("all_workers", workers * grads, f"that is all {workers} workers' gradients: count ONE "
          "worker's contribution, plus the 4-byte loss"),
-    ], other=f"got {fmt(predicted)}: 4 bytes per parameter ({n:,} of them) plus 4")
+    ], other=f"got {fmt(predicted)}: list what the step's one all-reduce carries (the model "
+             f"has {n:,} parameters), then count its bytes")

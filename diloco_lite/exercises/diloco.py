@@ -51,11 +51,13 @@ def check_pseudo_gradient(fn) -> Result:
     ref = outer.pseudo_gradient(theta, worker)
     return judge(attempt(fn, theta, worker), ref, success="Δ = θ − θ_m", mistakes=[
         ("sign", jax.tree.map(lambda d: -d, ref),
-         "wrong sign: you computed θ_m − θ. Δ = θ − θ_m points from where the worker went back "
-         "to where it started (uphill, like a gradient), so the outer optimizer's DESCENT step "
-         "moves θ toward the worker; with the sign flipped it would push θ away from it"),
-        ("local", worker, "that is the worker's parameters θ_m, not the difference θ − θ_m"),
-    ], other="Δ should be θ − θ_m, leaf by leaf")
+         "wrong sign: your Δ points from where the worker started to where it went. The "
+         "pseudo-gradient points back (uphill, like a gradient), so that the outer optimizer's "
+         "DESCENT step moves θ toward the worker; flipped, it would push θ away from it"),
+        ("local", worker, "that is the worker's parameters θ_m themselves: the "
+         "pseudo-gradient is a difference"),
+    ], other="your Δ is neither the pseudo-gradient nor a classic mistake: compute one leaf "
+             "by hand")
 
 
 @exercise("outer step", todo="take one sync's outer step on the global θ; return (θ, the "
@@ -95,17 +97,17 @@ def check_outer_step(fn) -> Result:
     got = attempt(lambda: run(lambda t, s, loc: attempt(fn, t, s, loc, opt)))
     return judge(got, reference("ok"), success="one outer Nesterov step on the global θ, "
                                                 "momentum carried to the next sync", mistakes=[
-        ("sign", reference("sign"), "your Δ has the wrong sign (θ_m − θ): the outer step then "
-         "moves θ away from where the workers went. Use Δ = θ − θ_m"),
+        ("sign", reference("sign"), "your Δ has the wrong sign: the outer step then moves θ "
+         "away from where the workers went (reread exercise 1)"),
         ("workers", reference("workers"), "you applied the outer step to the WORKERS' "
          "parameters (their average) instead of the global copy θ: the outer optimizer updates "
          "θ, the point every worker started this round from"),
         ("stale", reference("stale"), "the first sync is right, the second is not: return the "
          "NEW outer optimizer state, so that Nesterov's momentum carries over to the next sync"),
-        ("average", reference("average"), "that is plain averaging of the workers (θ ← mean θ_m)"
-         ": feed Δ to the outer optimizer instead"),
-    ], other="θ after the two syncs differs from the reference: Δ = mean_m(θ − θ_m), then "
-             "outer_opt.update(Δ, state, θ) and optax.apply_updates(θ, updates)")
+        ("average", reference("average"), "that is plain averaging of the workers' parameters: "
+         "a sync feeds the averaged pseudo-gradient to the outer optimizer"),
+    ], other="θ after the two syncs differs from the reference: check the Δ you give the outer "
+             "optimizer, and what you apply its updates to")
 
 
 @exercise("next round", todo="return what the workers start the next round from: their "
@@ -135,7 +137,8 @@ def check_next_round(fn) -> Result:
          "only the parameters restart from θ"),
         ("kept_local", (local, state), "the workers kept their own parameters θ_m: after a sync "
          "every worker restarts from the new global θ"),
-    ], other="expected (θ stacked once per worker, the inner states unchanged)")
+    ], other="neither the parameters nor the optimizer states are what the workers start "
+             "the next round from: decide for each what a sync replaces and what it keeps")
 
 
 @exercise("RDA merge", todo="merge the M pseudo-gradients by RDA, with the weights")
@@ -155,17 +158,18 @@ def check_rda_merge(fn) -> Result:
     return judge(attempt(fn, deltas, weights), ref, success="norms and directions averaged "
                                                             "separately", mistakes=[
         ("mean", outer.mean_merge(deltas, weights),
-         "you averaged the VECTORS: nearly orthogonal Δ_m cancel, so their mean shrinks (like "
-         "1/√M) and the outer step gets small. RDA averages the NORMS ‖Δ_m‖ and the DIRECTIONS "
-         "Δ_m/‖Δ_m‖ separately, then rescales the mean direction to the mean norm"),
+         "you averaged the vectors: nearly orthogonal Δ_m cancel, so their mean shrinks and the "
+         "outer step gets small. Reread what RDA averages, and separately"),
         ("unweighted", outer.rda_merge(deltas, jnp.ones(WORKERS)),
-         "the weights are ignored: use Σ w_m ‖Δ_m‖ / Σ w_m and the weighted mean direction"),
+         "the weights are ignored: both of RDA's averages are weighted"),
         ("no_renorm", jax.tree.map(lambda u: radius * u, outer.mean_merge(unit, weights)),
-         "rescale the mean direction u to unit length (u / ‖u‖) before multiplying by r"),
+         "your result is too short: reread what RDA does to the mean direction before it "
+         "scales it"),
         ("per_leaf", jax.tree.map(lambda d: outer.rda_merge(d, weights), deltas),
          "‖Δ_m‖ is the norm of a worker's WHOLE pseudo-gradient (all tensors together, "
          "outer.tree_norm), not one norm per tensor"),
-    ], other="RDA: r = Σ w‖Δ_m‖/Σ w, u = Σ w Δ_m/‖Δ_m‖, result r·u/‖u‖")
+    ], other="your merge is neither RDA nor a classic mistake: compute its length and "
+             "direction on the check's input by hand")
 
 
 @exercise("4-bit quantizer", todo="return what arrives when x is sent in 4 bits, one scale "
@@ -187,20 +191,20 @@ def check_quantizer(fn, bits: int = 4) -> Result:
     ref = WireFormat(bits).round_trip(x)
     return judge(attempt(fn, x), ref, success=f"{bits}-bit codes with one scale per row",
                  rtol=1e-5, mistakes=[
-        ("no_scale", sent(1.0), "you forgot the scale: round(x) sends whole numbers, so "
-         "every value below 0.5 in magnitude arrives as 0. Divide each row by its scale "
-         f"s = max|row| / {q} before rounding, and multiply back after"),
+        ("no_scale", sent(1.0), "you forgot the scale: rounding x itself sends whole numbers, "
+         "so every value below 0.5 in magnitude arrives as 0; reread what the scale is for"),
         ("codes", sent(row / q), "you returned the integer codes: the receiver multiplies "
          "them back by the row's scale s"),
         ("tensor_scale", sent(jnp.max(row) / q) * jnp.max(row) / q, "one scale for the whole "
          "tensor: the rows of small values then round to zero. Use one scale per ROW (last "
          "axis)"),
-        ("q_max", sent(row / (q + 1), q + 1) * row / (q + 1), f"the largest {bits}-bit "
-         f"symmetric code is {q} = 2^(b−1) − 1: codes run from −{q} to {q}"),
-        ("q_max", sent(row / (2 * q + 1), 2 * q + 1) * row / (2 * q + 1), f"{2 * q + 1} levels "
-         f"per sign is the unsigned range: symmetric codes run from −{q} to {q}"),
-        ("no_round", x, "nothing was rounded: x / s must become an integer code (jnp.round)"),
-    ], other=f"expected s = max|row|/{q}, codes clip(round(x/s), −{q}, {q}), result codes·s")
+        ("q_max", sent(row / (q + 1), q + 1) * row / (q + 1), f"your codes go one level too "
+         f"far: count the symmetric {bits}-bit codes again"),
+        ("q_max", sent(row / (2 * q + 1), 2 * q + 1) * row / (2 * q + 1), "your codes use the "
+         "unsigned range: symmetric codes keep one bit for the sign"),
+        ("no_round", x, "nothing was rounded: the codes that travel are integers"),
+    ], other="your values are neither the round trip nor a classic mistake: quantize one row "
+             "by hand")
 
 
 @exercise("bytes of a 4-bit tensor", todo="count the bytes the matrix takes on the wire, scales "
@@ -219,7 +223,7 @@ def check_wire_bytes(predicted, shape: tuple[int, ...] = (76, 64), bits: int = 4
         ("tensor_scale", codes + 4, f"one scale per ROW ({rows} of them), not per tensor"),
         ("bits", 8 * ref, "that is in bits: divide by 8"),
         ("fp32", rows * n * 4, "that is the fp32 size: 4 bits is half a byte per value"),
-    ], other=f"got {fmt(predicted)}: {rows}×{n} values at {bits} bits, plus {rows} fp32 scales")
+    ], other=f"got {fmt(predicted)}: count the bytes of the codes, then those of the scales")
 
 
 @exercise("mixing α", todo="return every worker's fragment after the arrival")
@@ -237,5 +241,6 @@ def check_mix(fn) -> Result:
         ("replace", jnp.broadcast_to(arrived, local.shape), "that is plain replacement (α = 0)"
          " whatever α: keep α of the worker's fragment"),
         ("keep", local, "the arriving fragment was ignored"),
-    ], other=f"got {np.asarray(got).tolist()}: expected α·θ_m + (1 − α)·θ̃")
+    ], other=f"got {np.asarray(got).tolist()}: neither the mix nor a classic mistake; try "
+             "α = 0 and α = 1 by hand")
 

@@ -21,14 +21,14 @@ def check_gather_bytes(predicted_bytes, *, payload_bytes: int = 434_688,
     ref = factor * s
     return judge(number(predicted_bytes), ref, rtol=1e-9,
                  success=f"{ref:,.0f} bytes: M − 1 = {m - 1} payloads", mistakes=[
-        ("allreduce", 2 * (m - 1) / m * s, "that is a ring all-reduce's 2(M−1)/M: the b-bit "
-         "payloads are not summed on the way, every host receives all M of them"),
-        ("all_payloads", m * s, "each host sends M − 1 payloads (its own and M − 2 it "
-         "forwards), not M: nobody sends a host its own payload"),
+        ("allreduce", 2 * (m - 1) / m * s, "that is what a ring all-reduce sends: the b-bit "
+         "payloads are not summed on the way, every host receives all of them"),
+        ("all_payloads", m * s, "one payload too many: nobody sends a host its own payload"),
         ("one_payload", s, "one payload is what a host contributes; on a ring it also forwards "
          "the others' payloads"),
         ("bits", 8 * ref, "that is in bits: the question asks for bytes"),
-    ], other=f"got {fmt(predicted_bytes)} bytes, expected {ref:,.0f}")
+    ], other=f"got {fmt(predicted_bytes)} bytes: neither a ring all-gather nor a classic "
+             "mistake; follow one payload around the ring")
 
 
 @exercise("sync time on the clock", todo="the seconds the simulated clock charges one "
@@ -43,11 +43,11 @@ def check_sync_time(predicted_s, *, payload_bytes: int = 434_688, hosts: int = 4
     return judge(number(predicted_s), ref, rtol=1e-6,
                  success=f"{ref:.4f} s: {wire:.4f} s on the link and {hops} hops of "
                          f"{latency_s * 1e3:g} ms", mistakes=[
-        ("no_hops", wire, f"each of the ring's M − 1 = {hops} sequential hops waits one link "
-         "latency"),
-        ("one_latency", wire + latency_s, f"the ring has M − 1 = {hops} sequential hops, each "
-         "waits one latency, not one in all"),
+        ("no_hops", wire, "each of the ring's sequential hops also waits one link latency"),
+        ("one_latency", wire + latency_s, "the ring's hops are sequential: each waits its own "
+         "latency, not one in all"),
         ("allreduce", 2 * (m - 1) / m * s * 8 / rate + 2 * (m - 1) * latency_s, "that is a "
-         "ring all-reduce: DiLoCo's sync all-gathers (M − 1 payloads, M − 1 hops)"),
-        ("bytes", wire / 8 + hops * latency_s, "a link's rate is in bits per second: bytes × 8"),
-    ], other=f"got {fmt(predicted_s)} s, expected {ref:.4f}")
+         "ring all-reduce: DiLoCo's sync all-gathers (exercise 1)"),
+        ("bytes", wire / 8 + hops * latency_s, "a link's rate is in bits per second, not bytes"),
+    ], other=f"got {fmt(predicted_s)} s: neither the clock's time nor a classic mistake; add "
+             "the time on the link and the latencies, piece by piece")

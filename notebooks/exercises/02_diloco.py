@@ -62,7 +62,6 @@ from diloco_lite.exercises import (
     check_outer_step,
     check_pseudo_gradient,
 )
-from diloco_lite.reference.common import outer_nesterov
 
 
 # %% [markdown]
@@ -125,15 +124,15 @@ check_next_round(next_round)
 # (θ at the start, a list of arrays, one per tensor), `run.step(params, opt_state, batch)`
 # (one worker's AdamW step, returns the new `(params, opt_state)`), `run.optimizer.init(params)`
 # (a fresh AdamW state) and `run.batch(k)` (every worker's batch of step k: `run.batch(k)[m]`
-# is worker m's). `outer_nesterov(theta, velocity, delta, lr)` (imported above) is the outer
-# step of exercise 2 on lists of arrays: it returns the new `(theta, velocity)`.
+# is worker m's); and `outer_opt`, the outer optimizer of exercise 2 (optax: `init`, `update`,
+# then `optax.apply_updates`; a list of arrays is a pytree like any other).
 #
 # Train `workers` workers for `steps` steps with a sync every `H` steps and return θ. The
 # check runs 7 steps at H = 3, so the run ends between two syncs: what should happen to the
 # last step's work? (Notebook 02 and the reference, `diloco_lite.reference.diloco`, say.)
 
 # %%
-def diloco(run, workers, steps, H, outer_lr):
+def diloco(run, workers, steps, H, outer_opt):
     # TODO: the DiLoCo training loop; return θ after `steps` steps
     ...
 

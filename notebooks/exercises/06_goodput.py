@@ -60,8 +60,6 @@ from diloco_lite.exercises import (
     check_domain_goodput,
     check_young_interval,
 )
-from diloco_lite.systems import goodput_closed as closed
-from diloco_lite.systems.goodput_closed import daly_interval
 
 CHIPS = 1_200_000
 YEAR_S = 365.25 * 24 * 3600
@@ -85,13 +83,17 @@ check_cluster_mtbf(mtbf, chips=CHIPS)
 #
 # $$T_{\text{ckpt}} = \sqrt{2\,\delta\,\mathrm{MTBF}}$$
 #
-# With δ = 1 s and the cluster's MTBF (about 26.3 s):
+# Write it as a function; the check runs it with δ = 1 s and the cluster's MTBF (about 26.3 s):
 
 # %%
+def young_interval(checkpoint_s, mtbf_s):
+    # TODO: the checkpoint interval by Young's rule, in seconds
+    ...
+
+
 delta, cluster_mtbf = 1.0, YEAR_S / CHIPS
-# TODO: young, the checkpoint interval by Young's rule for this δ and MTBF, in seconds
-young = ...
-check_young_interval(young, checkpoint_s=delta, mtbf_s=cluster_mtbf)
+young = young_interval(delta, cluster_mtbf)
+young_ok = check_young_interval(young, checkpoint_s=delta, mtbf_s=cluster_mtbf)
 
 # %% [markdown]
 # ### Predict before you run
@@ -106,10 +108,12 @@ check_young_interval(young, checkpoint_s=delta, mtbf_s=cluster_mtbf)
 # its time that does useful work.</details>
 
 # %%
-ratio = closed.young_interval(delta, YEAR_S / (2 * CHIPS)) / closed.young_interval(delta,
-                                                                                  cluster_mtbf)
-print(f"Young's interval at {2 * CHIPS:,} chips / at {CHIPS:,} chips = {ratio:.4f} "
-      f"(1/√2 = {1 / math.sqrt(2):.4f})")
+if young_ok:
+    ratio = young_interval(delta, YEAR_S / (2 * CHIPS)) / young
+    print(f"Young's interval at {2 * CHIPS:,} chips / at {CHIPS:,} chips = {ratio:.4f} "
+          f"(1/√2 = {1 / math.sqrt(2):.4f}; your function)")
+else:
+    print("(finish exercise 2 to run your function on it)")
 
 # %% [markdown]
 # ## Exercise 3 · Daly's refinement ★☆☆
@@ -121,10 +125,13 @@ print(f"Young's interval at {2 * CHIPS:,} chips / at {CHIPS:,} chips = {ratio:.4
 # \frac{\delta}{18M}\right) - \delta, \qquad M = \mathrm{MTBF}$$
 
 # %%
-# TODO: daly, Daly's checkpoint interval for this δ and MTBF, in seconds
-m = ...
-daly = ...
-check_daly_interval(daly, checkpoint_s=delta, mtbf_s=cluster_mtbf)
+def daly_interval(checkpoint_s, mtbf_s):
+    # TODO: Daly's checkpoint interval, in seconds
+    ...
+
+
+daly_ok = check_daly_interval(daly_interval(delta, cluster_mtbf), checkpoint_s=delta,
+                              mtbf_s=cluster_mtbf)
 
 # %% [markdown]
 # ## Exercise 4 · The goodput of one failure domain ★★☆
@@ -157,12 +164,12 @@ goodput_ok = check_domain_goodput(domain_goodput)
 # faster (notebook 06 explains the timings).
 
 # %%
-if goodput_ok:
+if goodput_ok and daly_ok:
     lam, interval = 1 / cluster_mtbf, daly_interval(delta, cluster_mtbf)
     print(f"dp: {domain_goodput(lam, interval, delta, 35.0, 5.0):.1%}; "
           f"one of 8 learners: {domain_goodput(lam / 8, 24.0, 0.0, 10.0, 5.0):.1%}")
 else:
-    print("(finish exercise 4 to compare the two)")
+    print("(finish exercises 3 and 4 to compare the two)")
 
 # %% [markdown]
 # ### Predict before you run
@@ -179,11 +186,12 @@ else:
 # faster recovery can.</details>
 
 # %%
-lam = 1 / cluster_mtbf
-print(f"recovery W = {closed.recovery_time(lam, 35.0, 5.0):.1f} s every {cluster_mtbf:.1f} s")
-print(f"dp goodput, 1 s checkpoints at Daly's interval: "
-      f"{closed.domain_goodput(lam, daly_interval(delta, cluster_mtbf), delta, 35.0, 5.0):.1%}")
-for work_s in (1.0, 0.01):
-    print(f"dp goodput, free checkpoints every {work_s:g} s: "
-          f"{closed.domain_goodput(lam, work_s, 0.0, 35.0, 5.0):.1%}")
-print(f"the limit 1 / (1 + λW), the share of time up: {closed.up_fraction(lam, 35.0, 5.0):.1%}")
+if goodput_ok and daly_ok:
+    lam = 1 / cluster_mtbf
+    print(f"dp goodput, 1 s checkpoints at Daly's interval: "
+          f"{domain_goodput(lam, daly_interval(delta, cluster_mtbf), delta, 35.0, 5.0):.1%}")
+    for work_s in (1.0, 0.01, 0.0001):
+        print(f"dp goodput, free checkpoints every {work_s:g} s: "
+              f"{domain_goodput(lam, work_s, 0.0, 35.0, 5.0):.1%}")
+else:
+    print("(finish exercises 3 and 4 to run your functions on it)")

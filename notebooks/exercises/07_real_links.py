@@ -53,7 +53,6 @@ import diloco_lite as dl
 dl.emulate_devices(8)
 
 # %%
-from diloco_lite.clock import Link, exchange_cost
 from diloco_lite.exercises import check_gather_bytes, check_sync_time
 
 M, S = 4, 434_688
@@ -62,12 +61,16 @@ M, S = 4, 434_688
 # ## Exercise 1 · The bytes of one all-gather ★☆☆
 #
 # In a ring all-gather every host passes what it received on to its right neighbour, until each
-# host holds all M payloads. How many bytes leave one host in one sync?
+# host holds all M payloads. How many bytes leave one host in one sync? Write it as a
+# function of the payload's bytes and the number of hosts.
 
 # %%
-# TODO: gather_bytes, the bytes that leave one host in one DiLoCo sync
-gather_bytes = ...
-check_gather_bytes(gather_bytes, payload_bytes=S, hosts=M)
+def gather_bytes(payload_bytes, hosts):
+    # TODO: the bytes that leave one host in one DiLoCo sync
+    ...
+
+
+gather_ok = check_gather_bytes(gather_bytes(S, M), payload_bytes=S, hosts=M)
 
 # %% [markdown]
 # ### Predict before you run
@@ -83,23 +86,34 @@ check_gather_bytes(gather_bytes, payload_bytes=S, hosts=M)
 # (3 → 7 and 6 → 14).</details>
 
 # %%
-for gather, name in ((True, "all-gather"), (False, "all-reduce")):
-    (four, hops_4), (eight, hops_8) = exchange_cost(4, gather), exchange_cost(8, gather)
-    print(f"{name}: 8 hosts send {eight / four:.3f}× the bytes per host of 4 hosts, "
-          f"in {hops_8} hops instead of {hops_4}")
+def allreduce_bytes(payload_bytes, hosts):  # a ring all-reduce, for comparison (notebook 01)
+    return 2 * (hosts - 1) / hosts * payload_bytes
+
+
+if gather_ok:
+    for name, per_host in (("all-gather (yours)", gather_bytes),
+                           ("all-reduce", allreduce_bytes)):
+        print(f"{name}: 8 hosts send {per_host(S, 8) / per_host(S, 4):.3f}× the bytes per "
+              "host of 4 hosts")
+else:
+    print("(finish exercise 1 to run your function on it)")
 
 # %% [markdown]
 # ## Exercise 2 · How long the clock charges that sync ★★☆
 #
 # Each host's link runs at 100 Mbit/s and every message waits 5 ms of latency. The ring's
 # messages follow each other: M − 1 sequential hops. How many seconds does one sync take on
-# the simulated clock?
+# the simulated clock? A function of the payload, the hosts, the link's rate and its latency.
 
 # %%
+def sync_seconds(payload_bytes, hosts, bits_per_s, latency_s):
+    # TODO: the seconds the simulated clock charges one sync on this ring
+    ...
+
+
 rate, latency = 100e6, 0.005  # bit/s, s
-# TODO: sync_s, the seconds the simulated clock charges one sync on this link
-sync_s = ...
-check_sync_time(sync_s, payload_bytes=S, hosts=M, gbit_per_s=0.1, latency_s=0.005)
+sync_ok = check_sync_time(sync_seconds(S, M, rate, latency), payload_bytes=S, hosts=M,
+                          gbit_per_s=0.1, latency_s=0.005)
 
 # %% [markdown]
 # ### Predict before you run
@@ -113,16 +127,14 @@ check_sync_time(sync_s, payload_bytes=S, hosts=M, gbit_per_s=0.1, latency_s=0.00
 # latency.</details>
 
 # %%
-factor, hops = exchange_cost(M, gather=True)
-
-
-def clock_sync_s(gbit_per_s):  # what the simulated clock charges one sync on the 4-host ring
-    return Link(gbit_per_s=gbit_per_s).busy_s(factor * S) + hops * latency
-
-
-for gbit in (0.2, 10.0):
-    print(f"{gbit:g} Gbit/s: {clock_sync_s(0.1) / clock_sync_s(gbit):.2f}× faster than "
-          f"100 Mbit/s; latency is {hops * latency / clock_sync_s(gbit):.0%} of the sync")
+if sync_ok:
+    for gbit in (0.2, 10.0):
+        faster = sync_seconds(S, M, rate, latency) / sync_seconds(S, M, gbit * 1e9, latency)
+        share = 1 - sync_seconds(S, M, gbit * 1e9, 0.0) / sync_seconds(S, M, gbit * 1e9, latency)
+        print(f"{gbit:g} Gbit/s: {faster:.2f}× faster than 100 Mbit/s; latency is {share:.0%} "
+              "of the sync (your function)")
+else:
+    print("(finish exercise 2 to run your function on it)")
 
 # %% [markdown]
 # With H = 10 steps between syncs, that sync adds sync_s / 10 to every step; DDP instead

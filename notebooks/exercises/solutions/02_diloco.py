@@ -62,7 +62,6 @@ from diloco_lite.exercises import (
     check_outer_step,
     check_pseudo_gradient,
 )
-from diloco_lite.reference.common import outer_nesterov
 
 
 # %% [markdown]
@@ -135,19 +134,19 @@ check_next_round(next_round)
 # (θ at the start, a list of arrays, one per tensor), `run.step(params, opt_state, batch)`
 # (one worker's AdamW step, returns the new `(params, opt_state)`), `run.optimizer.init(params)`
 # (a fresh AdamW state) and `run.batch(k)` (every worker's batch of step k: `run.batch(k)[m]`
-# is worker m's). `outer_nesterov(theta, velocity, delta, lr)` (imported above) is the outer
-# step of exercise 2 on lists of arrays: it returns the new `(theta, velocity)`.
+# is worker m's); and `outer_opt`, the outer optimizer of exercise 2 (optax: `init`, `update`,
+# then `optax.apply_updates`; a list of arrays is a pytree like any other).
 #
 # Train `workers` workers for `steps` steps with a sync every `H` steps and return θ. The
 # check runs 7 steps at H = 3, so the run ends between two syncs: what should happen to the
 # last step's work? (Notebook 02 and the reference, `diloco_lite.reference.diloco`, say.)
 
 # %%
-def diloco(run, workers, steps, H, outer_lr):
+def diloco(run, workers, steps, H, outer_opt):
     # TODO: the DiLoCo training loop; return θ after `steps` steps
     # BEGIN SOLUTION
     theta = list(run.init)
-    velocity = [0.0 * x for x in theta]
+    outer_state = outer_opt.init(theta)
     local = [theta] * workers
     states = [run.optimizer.init(theta)] * workers
     for k in range(steps):
@@ -157,7 +156,8 @@ def diloco(run, workers, steps, H, outer_lr):
         if t % H == 0 or t == steps:
             delta = [sum(x - xm[i] for xm in local) / workers for i, x in enumerate(theta)]
             if t % H == 0:
-                theta, velocity = outer_nesterov(theta, velocity, delta, outer_lr)
+                updates, outer_state = outer_opt.update(delta, outer_state, theta)
+                theta = list(optax.apply_updates(theta, updates))
             else:  # the run ends between syncs: a plain average, no outer step
                 theta = [x - d for x, d in zip(theta, delta, strict=True)]
             local = [theta] * workers

@@ -18,9 +18,9 @@
 #
 # Work through notebook 03 (`notebooks/03_streaming_diloco.ipynb`) first. You write the 4-bit
 # quantizer, count the bytes it sends, mix an arriving fragment into the workers' parameters,
-# then assemble what Streaming DiLoCo does after each step, checked against the readable
-# reference (`diloco_lite.reference.streaming`). Each check prints **✔** or **✘** with what is
-# wrong.
+# then assemble what Streaming DiLoCo does after each step, on the workers stacked as the
+# library holds them, checked against the readable reference (`diloco_lite.reference.streaming`).
+# Each check prints **✔** or **✘** with what is wrong.
 #
 # Difficulty: ★☆☆ a warm-up (minutes), ★★☆ a few lines that need the notebook, ★★★ assemble
 # or derive something new (homework).
@@ -49,6 +49,7 @@ dl.emulate_devices(8)  # first, before any other JAX work
 
 # %%
 import jax.numpy as jnp
+import optax
 
 import numpy as np
 
@@ -58,7 +59,6 @@ from diloco_lite.exercises import (
     check_streaming_round,
     check_wire_bytes,
 )
-from diloco_lite.reference.common import first_send, outer_nesterov, quantize
 
 # %% [markdown]
 # ## Exercise 1 · A 4-bit quantizer ★★☆
@@ -82,7 +82,7 @@ def quantize_4bit(x):
     # END SOLUTION
 
 
-check_quantizer(quantize_4bit)
+quantizer_ok = check_quantizer(quantize_4bit)
 
 # %% [markdown]
 # ## Exercise 2 · The bytes of a 4-bit tensor ★☆☆
@@ -121,44 +121,48 @@ def mix(local_MxD, arrived_D, alpha):
 check_mix(mix)
 
 # %% [markdown]
-# ## Exercise 4 · One round of Streaming DiLoCo ★★★
+# ## Exercise 4 · One round of Streaming DiLoCo, on stacked workers ★★★
 #
-# Assemble exercises 1–3 and notebook 03's schedule into what Streaming DiLoCo does after each
-# inner step. The check trains a tiny model: after every worker has taken step t (counted from
-# 1), it calls your `after_step(t, state, frags, H, tau, alpha, bits, outer_lr)` and you:
+# Notebook 03 (section 5) reads the method in the reference's loop: one worker at a time, lists
+# of arrays, one momentum per tensor. Write the same round the way the library holds the
+# workers: every worker's copy of a tensor **stacked on axis 0**, and the outer step of notebook
+# 02's exercise 2, an optax optimizer with **one state per fragment**. After every worker has
+# taken step t (counted from 1), the check calls your
+# `after_step(t, state, frags, first, H, tau, alpha, outer_opt)` and you:
 #
-# 1. **sync** each fragment p whose turn it is after step t (`first_send(p, H, P)`, then every
-#    H steps): its Δ_m (from each worker's `base`, through `quantize(x, bits)`), their mean,
-#    one `outer_nesterov(theta_p, velocity_p, delta_p, lr)` on the global fragment; the new
-#    Θ_p goes in flight, to arrive τ steps later;
-# 2. **apply** each fragment that arrives at step t: every worker mixes it in (α) and takes it
-#    as its new base.
+# 1. **sync** each fragment p whose turn it is after step t (after step `first[p]`, then every
+#    H steps): the workers' Δ of its tensors, each measured from the worker's own base, in 32
+#    bits here, averaged over the workers; one step of `outer_opt` on the fragment's global
+#    tensors, with its state `state.outer_state[p]`; the new global tensors go in flight, to
+#    arrive τ steps later;
+# 2. **apply** each fragment that arrives at step t: every worker mixes it in (your `mix` of
+#    exercise 3), and it becomes every worker's new base.
 #
-# `state` is a `StreamingState`: `state.theta`, `state.velocity` (lists of arrays, one per
-# tensor), `state.local[m]` and `state.base[m]` (worker m's, likewise), `state.in_flight`
-# (fragment → (arrival step, its new Θ_p as a list of arrays)). `frags[p]` lists the tensor
-# indices of fragment p. Change `state` and return it.
+# `state.theta[i]` is global tensor i; `state.local[i]` and `state.base[i]` hold every worker's
+# tensor i, shape `[M, ...]`; `state.outer_state[p]` is fragment p's optimizer state (over the
+# list of its tensors); `state.in_flight` maps a fragment to (its arrival step, its new global
+# tensors as a list). `frags[p]` lists fragment p's tensor indices. Change `state` and return
+# it. The check trains 9 steps of a tiny model (P = 2, H = 4, τ = 1, α = 0.3) with your round
+# and compares θ with the reference's.
 
 # %%
-def after_step(t, state, frags, H, tau, alpha, bits, outer_lr):
+def after_step(t, state, frags, first, H, tau, alpha, outer_opt):
     # TODO: the syncs due after step t, then the arrivals due at t; return state
     # BEGIN SOLUTION
-    M = len(state.local)
     for p, idx in enumerate(frags):
-        if (t - first_send(p, H, len(frags))) % H == 0:
-            delta = [sum(quantize(state.base[m][i] - state.local[m][i], bits)
-                         for m in range(M)) / M for i in idx]
-            new, vel = outer_nesterov([state.theta[i] for i in idx],
-                                      [state.velocity[i] for i in idx], delta, outer_lr)
-            for n, i in enumerate(idx):
-                state.theta[i], state.velocity[i] = new[n], vel[n]
+        if t >= first[p] and (t - first[p]) % H == 0:
+            delta = [jnp.mean(state.base[i] - state.local[i], axis=0) for i in idx]
+            old = [state.theta[i] for i in idx]
+            updates, state.outer_state[p] = outer_opt.update(delta, state.outer_state[p], old)
+            new = list(optax.apply_updates(old, updates))
+            for i, x in zip(idx, new, strict=True):
+                state.theta[i] = x
             state.in_flight[p] = (t + tau, new)
     for p, (due, new) in list(state.in_flight.items()):
         if due == t:
-            for m in range(M):
-                for i, x in zip(frags[p], new, strict=True):
-                    state.local[m][i] = alpha * state.local[m][i] + (1 - alpha) * x
-                    state.base[m][i] = x
+            for i, x in zip(frags[p], new, strict=True):
+                state.local[i] = mix(state.local[i], x, alpha)
+                state.base[i] = jnp.broadcast_to(x, state.local[i].shape)
             del state.in_flight[p]
     return state
     # END SOLUTION
@@ -173,7 +177,10 @@ check_streaming_round(after_step)
 # for 0.01?
 
 # %%
-print(np.asarray(quantize(np.array([[0.01, 0.02, 5.0]], np.float32), 4)))
+if quantizer_ok:
+    print(np.asarray(quantize_4bit(jnp.array([[0.01, 0.02, 5.0]]))))
+else:
+    print("(finish exercise 1 to run your quantizer on it)")
 
 # %% [markdown]
 # <details><summary>Answer</summary>0: the scale is 5/7 ≈ 0.71, and 0.01/0.71 rounds to 0.
@@ -184,7 +191,8 @@ print(np.asarray(quantize(np.array([[0.01, 0.02, 5.0]], np.float32), 4)))
 # sent, and how many fragments leave at once?
 
 # %%
-print({p: first_send(p, 8, 4) for p in range(4)})
+H, P = 8, 4  # fragment p first leaves after step ⌊(p + 1)·H / P⌋ (notebook 03, section 2)
+print({p: (p + 1) * H // P for p in range(P)})
 
 # %% [markdown]
 # <details><summary>Answer</summary>After steps 2, 4, 6 and 8: one fragment at a time, evenly

@@ -53,7 +53,6 @@ dl.emulate_devices(8)
 
 # %%
 from diloco_lite.exercises import check_ddp_bandwidth, check_decoupled_bandwidth
-from diloco_lite.systems import bandwidth as bw
 
 N, T, R, u = 10e9, 1.6, 8, 0.9
 
@@ -71,15 +70,22 @@ N, T, R, u = 10e9, 1.6, 8, 0.9
 #   left after that is a stall;
 # - utilization is $u = T / (T + \text{stall})$, where the stall is whatever of the transfer
 #   did not hide.
+#
+# Write it as a function of the parameter count, the step time T, the replicas R and u; the
+# check runs it on the values above.
 
 # %%
-# TODO: b_ddp, the link speed DDP needs to reach utilization u, in Gbit/s
-# BEGIN SOLUTION
-on_wire = N * 16 * 2 * (R - 1) / R  # bits through each link per step
-hidden = 2 * T / 3 * (1 - 1 / 32)
-b_ddp = on_wire / (hidden + T * (1 - u) / u) / 1e9
-# END SOLUTION
-check_ddp_bandwidth(b_ddp, n_params=N, step_time_s=T, replicas=R, target_utilization=u)
+def ddp_bandwidth(n_params, step_time_s, replicas, u):
+    # TODO: the link speed DDP needs to reach utilization u, in Gbit/s
+    # BEGIN SOLUTION
+    on_wire = n_params * 16 * 2 * (replicas - 1) / replicas  # bits through each link per step
+    hidden = 2 * step_time_s / 3 * (1 - 1 / 32)
+    return on_wire / (hidden + step_time_s * (1 - u) / u) / 1e9
+    # END SOLUTION
+
+
+b_ddp = ddp_bandwidth(N, T, R, u)
+ddp_ok = check_ddp_bandwidth(b_ddp, n_params=N, step_time_s=T, replicas=R, target_utilization=u)
 
 # %% [markdown]
 # ### Predict before you run
@@ -94,9 +100,11 @@ check_ddp_bandwidth(b_ddp, n_params=N, step_time_s=T, replicas=R, target_utiliza
 # link.</details>
 
 # %%
-need = [bw.required_bandwidth(dl.DDP(), n_params=N, step_time_s=step_s, target_utilization=u,
-                              replicas=R) for step_s in (T, T / 2)]
-print(f"T = {T / 2:g} s needs {need[1] / need[0]:.3f}× the bandwidth of T = {T:g} s")
+if ddp_ok:
+    print(f"T = {T / 2:g} s needs {ddp_bandwidth(N, T / 2, R, u) / b_ddp:.3f}× the bandwidth "
+          f"of T = {T:g} s (your function)")
+else:
+    print("(finish exercise 1 to run your function on it)")
 
 # %% [markdown]
 # ## Exercise 2 · Decoupled DiLoCo ★☆☆
@@ -104,15 +112,19 @@ print(f"T = {T / 2:g} s needs {need[1] / need[0]:.3f}× the bandwidth of T = {T:
 # Each learner uploads one of P = 24 fragments per step, in 4 bits, to the syncer over its own
 # link (no ring). With two steps of slack (τ = 2) the deadline never binds: the link only has
 # to keep up on average with the uploads, and at utilization u a step lasts T/u. How fast must
-# that link be?
+# that link be? (A function again, of the parameter count, T and u.)
 
 # %%
-# TODO: b_decoupled, the link speed a Decoupled DiLoCo learner needs at utilization u, in
-# Gbit/s
-# BEGIN SOLUTION
-b_decoupled = u * (N * 4 / 24) / T / 1e9
-# END SOLUTION
-check_decoupled_bandwidth(b_decoupled, n_params=N, step_time_s=T, target_utilization=u)
+def decoupled_bandwidth(n_params, step_time_s, u):
+    # TODO: the link speed a Decoupled DiLoCo learner needs at utilization u, in Gbit/s
+    # BEGIN SOLUTION
+    return u * (n_params * 4 / 24) / step_time_s / 1e9
+    # END SOLUTION
+
+
+b_decoupled = decoupled_bandwidth(N, T, u)
+decoupled_ok = check_decoupled_bandwidth(b_decoupled, n_params=N, step_time_s=T,
+                                         target_utilization=u)
 
 # %% [markdown]
 # ### Predict before you run
@@ -128,11 +140,12 @@ check_decoupled_bandwidth(b_decoupled, n_params=N, step_time_s=T, target_utiliza
 # learner's link (the syncer's side is another matter).</details>
 
 # %%
-for method in (dl.DDP(), dl.DecoupledDiLoCo(down_bits=4)):
-    need = [bw.required_bandwidth(method, n_params=N, step_time_s=T, target_utilization=u,
-                                  replicas=r) for r in (8, 64)]
-    print(f"{type(method).__name__}: R = 64 needs {need[1] / need[0]:.3f}× the bandwidth "
-          "per link of R = 8")
+if ddp_ok:
+    print(f"DDP: R = 64 needs {ddp_bandwidth(N, T, 64, u) / ddp_bandwidth(N, T, 8, u):.3f}× "
+          "the bandwidth per link of R = 8 (your function)")
+else:
+    print("(finish exercise 1 to run your function on it)")
+print("Decoupled DiLoCo: your decoupled_bandwidth(n_params, step_time_s, u) has no R at all")
 
 # %% [markdown]
 # The ratio of the two is the structure of the methods (ring factor × bits × fragments) times
