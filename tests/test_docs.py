@@ -181,7 +181,8 @@ def test_the_h1_identity_is_stated_with_its_condition():
 # an instant (the wait to the quorum is t_quorum − t_ask), and a token weight is tokens × tokens
 # per step, which says nothing about how good a step was.
 MISNAMED = {r"\bt_sync\b": "the reply's trip is t_reply",
-            r"\bt_quorum\s*\+\s*t_(?:sync|reply)\b": "t_quorum is an instant: the wait is t_quorum − t_ask",
+            r"\bt_quorum\s*\+\s*t_(?:sync|reply)\b":
+                "t_quorum is an instant: the wait is t_quorum − t_ask",
             r"quantity\s*[×x*]\s*quality": "a token weight is tokens × tokens per step"}
 
 
