@@ -140,7 +140,7 @@ check_close_time(close_time)
 # and at the end `("flush", p, weights, merge, outer_step)`, with `merge` "mean" or "rda" and
 # `outer_step` True or False.
 #
-# The rules (notebook 04, section 1 shows them in the reference's code):
+# The rules (notebook 04 builds them in its layers 1, 2 and 4; layer 3 adds the weights):
 #
 # - an answer counts only in the sync it answers: one that arrives after its sync closed is
 #   left out, even when a newer sync of that fragment is open; so is one whose learner is down;
@@ -155,7 +155,7 @@ check_close_time(close_time)
 # - at the end, each fragment's remaining work is averaged in once more: from the learners up
 #   whose base is the newest merged fragment p (the last sync of p you closed) and who took a
 #   step since; how it is merged, and whether the outer optimizer steps, notebook 04's
-#   `Run.flush` says.
+#   `finish` (layer 1) says.
 #
 # The cell after the exercise holds the event loop that drives a handler (the check runs the
 # same). The check runs `reference.decoupled` on three small scenarios (notebook 04's worked
