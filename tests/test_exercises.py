@@ -322,6 +322,7 @@ def test_blank_and_crashing_answers_become_sentences(name, capsys):
     assert "ZeroDivisionError" in result.message
 
 
+@pytest.mark.slow  # two runs of the readable reference, as the reference against the library
 def test_the_syncer_exercise_replays_the_reference():
     """STREAMS[0] is notebook 04's worked example: its first sync, read from the reference's own
     run of that config, closes where the exercise's syncer says, with the same learners; and a
