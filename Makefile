@@ -40,23 +40,29 @@ reproduce-scaling: $(STAMP)
 	$(PY) -m diloco_lite reproduce --only training --groups scaling
 
 ## make test: the contributor's loop, at most 8 minutes on 2 idle cores once the venv exists:
-## ruff, every unit test not marked `slow`, and FAST_NOTEBOOKS in quick mode, on 2 pytest-xdist
-## workers; each part's summed test seconds held to its budget in tests/durations.json
-## (tests/budget.py names the tests that grew). make test-all adds the rest (docs/testing.md).
-# The teaching notebooks of the fast lane: ONE list (a notebook split off 04, 04b_*, joins it
-# by its name). Every other notebook runs in test-rest, so each one runs in some lane.
-FAST_NOTEBOOKS := $(sort $(wildcard notebooks/0[0-6]*.ipynb notebooks/09_*.ipynb))
+## ruff, then one pytest session on 2 pytest-xdist workers of the notebooks FAST_NOTEBOOKS
+## under nbmake in quick mode and every unit test not marked `slow`, its 10 slowest printed, each
+## part's summed seconds held to its budget in tests/durations.json (tests/budget.py names the
+## tests that grew). make test-all adds the rest (docs/testing.md says what runs where).
+# The teaching notebooks of the fast lane: ONE list, the longest first (xdist deals them out
+# in this order, alternately: 04 and 02 go to different workers). Every other notebook (07,
+# 08, one not listed here yet such as a split-off 04b_*) runs in test-rest: each runs somewhere.
+FAST_NOTEBOOKS := $(wildcard notebooks/04_*.ipynb notebooks/02_*.ipynb notebooks/01_*.ipynb \
+                    notebooks/03_*.ipynb notebooks/05_*.ipynb notebooks/06_*.ipynb \
+                    notebooks/00_*.ipynb notebooks/09_*.ipynb)
 REST_NOTEBOOKS := $(filter-out $(FAST_NOTEBOOKS),$(sort $(wildcard notebooks/*.ipynb)))
 TEST_WORKERS   ?= 2
-FAST_PYTEST    := $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=10 -p tests.budget
 NBMAKE         := --nbmake --nbmake-timeout=900
 
+# One session, so that a worker never waits for the other between the two parts: each file
+# (a notebook is one) goes whole to a worker, the notebooks first (the longest items). The unit
+# tests run in quick mode too: they set DILOCO_LITE_QUICK themselves where it matters.
 test: $(STAMP)
 	@echo "[venv] $(VENV) is there: make test's time starts now"; date +%s > $(VENV)/.test-started
 	$(VENV)/bin/ruff check diloco_lite tests $(NOTEBOOKS:%=%/*.py)
-	$(FAST_PYTEST) --dist loadfile --time-budget=unit -m "not slow" tests $(BUDGET_WRITE)
-	DILOCO_LITE_QUICK=1 $(FAST_PYTEST) --dist worksteal --time-budget=notebooks $(NBMAKE) \
-		$(FAST_NOTEBOOKS) $(BUDGET_WRITE)
+	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 \
+		-p tests.budget --time-budget $(BUDGET_WRITE) -m "not slow" $(NBMAKE) \
+		$(FAST_NOTEBOOKS) tests
 	@echo "[make test] passed in $$(( $$(date +%s) - $$(cat $(VENV)/.test-started) )) s" \
 		"(the venv not included)"
 

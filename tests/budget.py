@@ -1,16 +1,16 @@
 """The fast lane's time budget: a pytest plugin that `make test` loads (`-p tests.budget`).
 
-With `--time-budget=PART` (PART is `unit` or `notebooks`, the two halves of the fast lane) it
-adds up each test's setup + call + teardown seconds, on the controller when pytest-xdist runs
-the tests, and compares the sum with PART's `budget_s` in `tests/durations.json`. Over budget,
-the session fails with a message naming the tests and the files that grew the most against
-their committed baseline seconds (a test missing from the baseline counts as new: it grew from
-0). Without the option it does nothing: `make test-all`'s other lanes, the Colab lane and a
+With `--time-budget` it adds up each test's setup + call + teardown seconds (on the controller
+when pytest-xdist runs the tests) in two parts, `unit` (tests/) and `notebooks` (the notebooks
+under nbmake), and compares each part's sum with its `budget_s` in `tests/durations.json`. Over
+budget, the session fails with a message naming the tests and the files that grew the most
+against their committed baseline seconds (a test missing from the baseline counts as new: it
+grew from 0). Without the option it does nothing: `make test-rest`, the Colab lane and a
 subset run by hand are never checked.
 
 `make test-durations` runs the fast lane with `--time-budget-write` as well, which rewrites
-PART's baseline (each test's seconds and their total) and keeps its `budget_s`: a budget is a
-decision, set by hand in the JSON, not a measurement.
+both parts' baselines (each test's seconds and their total) and keeps their `budget_s`: a
+budget is a decision, set by hand in the JSON, not a measurement.
 """
 
 from __future__ import annotations
@@ -29,20 +29,19 @@ NOISE_S = 0.1  # growth below this is not named
 
 def pytest_addoption(parser):
     group = parser.getgroup("time budget (make test)")
-    group.addoption("--time-budget", metavar="PART", default=None,
-                    help="fail when this part's summed test seconds exceed its budget_s in "
-                         "tests/durations.json, naming the tests that grew")
+    group.addoption("--time-budget", action="store_true", default=False,
+                    help="fail when a part's (unit, notebooks) summed test seconds exceed its "
+                         "budget_s in tests/durations.json, naming the tests that grew")
     group.addoption("--time-budget-write", action="store_true", default=False,
-                    help="with --time-budget: write this run's seconds as PART's baseline")
+                    help="with --time-budget: write this run's seconds as the baselines")
     group.addoption("--time-budget-file", default=str(DURATIONS),
                     help="the JSON file of budgets and baselines (default tests/durations.json)")
 
 
 def pytest_configure(config):
-    part = config.getoption("time_budget")
-    if part and not hasattr(config, "workerinput"):  # the controller, or a run without xdist
-        config.pluginmanager.register(
-            BudgetCheck(part, Path(config.getoption("time_budget_file")),
+    if config.getoption("time_budget") and not hasattr(config, "workerinput"):  # the controller
+        config.pluginmanager.register(   # (or a run without xdist)
+            BudgetCheck(Path(config.getoption("time_budget_file")),
                         config.getoption("time_budget_write")), "diloco_lite_time_budget")
 
 
@@ -50,6 +49,10 @@ def pytest_configure(config):
 
 def file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
+
+
+def part_of(nodeid: str) -> str:
+    return "notebooks" if file_of(nodeid).endswith(".ipynb") else "unit"
 
 
 def grown(seconds: dict[str, float], baseline: dict[str, float],
@@ -99,10 +102,11 @@ def rewritten(entry: dict, seconds: dict[str, float]) -> dict:
 # ---- the plugin -------------------------------------------------------------------------------
 
 class BudgetCheck:
-    def __init__(self, part: str, path: Path, write: bool):
-        self.part, self.path, self.write = part, path, write
+    def __init__(self, path: Path, write: bool):
+        self.path, self.write = path, write
         self.seconds: dict[str, float] = defaultdict(float)
-        self.message: str | None = None
+        self.lines: list[str] = []
+        self.over = False
 
     def pytest_runtest_logreport(self, report):
         self.seconds[report.nodeid] += report.duration  # setup, call and teardown
@@ -110,28 +114,33 @@ class BudgetCheck:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session):
         data = json.loads(self.path.read_text()) if self.path.exists() else {}
-        if self.part not in data and not self.write:
-            raise pytest.UsageError(f"--time-budget={self.part}: no such part in {self.path}")
-        entry = data.get(self.part, {})
+        parts = {part: {k: v for k, v in self.seconds.items() if part_of(k) == part}
+                 for part in ("unit", "notebooks")}
+        for part, seconds in parts.items():
+            if not seconds:
+                continue
+            entry = data.get(part, {})
+            if self.write:
+                data[part] = rewritten(entry, seconds)
+                self.lines.append(f"wrote {part}'s baseline to {self.path}: "
+                                  f"{data[part]['total_s']:.0f} s of test time, "
+                                  f"budget {data[part]['budget_s']} s")
+                continue
+            if "budget_s" not in entry:
+                raise pytest.UsageError(f"--time-budget: {self.path} has no budget for {part}")
+            message = overrun(part, seconds, entry)
+            self.over |= message is not None
+            self.lines.append(message or f"{part}: {sum(seconds.values()):.0f} s of test time, "
+                                         f"within its budget of {entry['budget_s']:.0f} s")
         if self.write:
-            data[self.part] = rewritten(entry, self.seconds)
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
             os.replace(tmp, self.path)
-            self.message = (f"wrote {self.part}'s baseline to {self.path}: "
-                            f"{data[self.part]['total_s']:.0f} s of test time, "
-                            f"budget {data[self.part]['budget_s']} s")
-            return
-        self.message = overrun(self.part, dict(self.seconds), entry)
-        if self.message is not None:
-            if session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        else:
-            self.message = (f"time budget: {self.part} took {sum(self.seconds.values()):.0f} s "
-                            f"of test time, within its {entry['budget_s']:.0f} s")
+        elif self.over and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter):
-        if self.message:
-            over = self.message.startswith("the fast lane")
-            terminalreporter.section("time budget", sep="=", red=over, bold=over)
-            terminalreporter.write_line(self.message, red=over)
+        if self.lines:
+            terminalreporter.section("time budget", sep="=", red=self.over, bold=self.over)
+            for line in self.lines:
+                terminalreporter.write_line(line, red=line.startswith("the fast lane"))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.budget import DURATIONS, by_file, grown, overrun, rewritten
+from tests.budget import DURATIONS, by_file, grown, overrun, part_of, rewritten
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,6 +54,11 @@ def test_an_overrun_names_the_tests_and_files_that_grew_the_most_first():
     assert "tests/test_c.py::test_new (0.0 s -> 1.5 s)  [new]" in message
 
 
+def test_the_notebooks_are_one_part_and_the_unit_tests_the_other():
+    assert part_of("notebooks/04b_decoupled.ipynb::04b_decoupled.ipynb") == "notebooks"
+    assert part_of("tests/test_wire.py::test_bytes[32-shape0-140]") == "unit"
+
+
 def test_a_rewritten_baseline_keeps_the_budget():
     entry = rewritten({"budget_s": 300, "tests": {"x": 1.0}}, {"y": 2.004, "z": 1.0})
     assert entry == {"budget_s": 300, "total_s": 3.0, "tests": {"y": 2.0, "z": 1.0}}
@@ -86,7 +91,7 @@ def _run(tmp_path, sleep_s: float, *extra):
 
 
 def test_a_test_that_sleeps_fails_the_lane_and_is_named(tmp_path):
-    run = _run(tmp_path, 0.5, "--time-budget=unit")
+    run = _run(tmp_path, 0.5, "--time-budget")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "2 passed" in run.stdout
     assert "over its budget of 0 s" in run.stdout
@@ -94,6 +99,6 @@ def test_a_test_that_sleeps_fails_the_lane_and_is_named(tmp_path):
     assert "test_quick" not in run.stdout  # it did not grow
     assert _run(tmp_path, 0.5).returncode == 0  # a run without the option is never checked
     # the baseline rewritten from a run: its budget kept, the sleepy test's second counted
-    assert _run(tmp_path, 0.5, "--time-budget=unit", "--time-budget-write").returncode == 0
+    assert _run(tmp_path, 0.5, "--time-budget", "--time-budget-write").returncode == 0
     entry = json.loads((tmp_path / "durations.json").read_text())["unit"]
     assert entry["budget_s"] == 0.3 and entry["tests"]["test_fake.py::test_sleepy"] >= 0.5
