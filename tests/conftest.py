@@ -25,30 +25,18 @@ os.environ["XLA_FLAGS"] = " ".join(f for f in os.environ["XLA_FLAGS"].split() if
 
 # Many tests train the same tiny model: a persistent compilation cache lets a re-created jitted
 # function with identical HLO skip XLA compilation (speed only; results are unaffected). One
-# directory per pytest run, made by the process that starts it; under pytest-xdist (make test)
-# its workers inherit the path and share the programs any of them compiled.
+# fresh directory per test process, removed at its end. Not one shared by the xdist workers:
+# JAX writes an entry in place, so another process could read it half written, unless a size
+# limit turns on its file lock, and then every write scans the whole directory (about 25 µs an
+# entry, thousands of entries: minutes of CPU over make test).
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
-CACHE_ENV = "DILOCO_LITE_TEST_XLA_CACHE"
-
 
 def pytest_configure(config):
-    made_here = CACHE_ENV not in os.environ
-    if made_here:
-        os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="diloco_lite_xla_")
-        config._diloco_lite_xla_cache = os.environ[CACHE_ENV]  # removed at the end
-    diloco_lite.enable_compilation_cache(os.environ[CACHE_ENV])
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        # several processes on one directory: a size limit turns on JAX's file lock around each
-        # read and write (without it a worker could read a program another is still writing)
-        import jax
-
-        jax.config.update("jax_compilation_cache_max_size", 8 << 30)
+    config._diloco_lite_xla_cache = tempfile.mkdtemp(prefix="diloco_lite_xla_")
+    diloco_lite.enable_compilation_cache(config._diloco_lite_xla_cache)
 
 
 def pytest_unconfigure(config):
-    path = getattr(config, "_diloco_lite_xla_cache", None)
-    if path:
-        shutil.rmtree(path, ignore_errors=True)
-        os.environ.pop(CACHE_ENV, None)
+    shutil.rmtree(getattr(config, "_diloco_lite_xla_cache", ""), ignore_errors=True)
