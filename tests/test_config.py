@@ -65,7 +65,8 @@ def test_messages_name_the_allowed_range():
 @pytest.mark.parametrize("model", [TINY, dl.ModelConfig(), dl.ModelConfig(n_layers=5),
                                    dl.ModelConfig(d_model=8, n_layers=3, n_heads=1)])
 def test_n_tensors_counts_the_models_parameter_tensors(model):
-    params = build_model(dataclasses.replace(model, vocab_size=80)).init(0)
+    built = build_model(dataclasses.replace(model, vocab_size=80))
+    params = jax.eval_shape(lambda: built.init(0))  # the shapes: initializing took seconds
     assert model.n_tensors == len(jax.tree.leaves(params))
     outer.fragments(params, model.n_tensors)  # one tensor a fragment: the most there can be
     with pytest.raises(ValueError, match="fragments"):
@@ -104,7 +105,7 @@ def test_model_shapes_and_parameter_count():
     assert params["block_0"]["qkv"]["kernel"].shape == (d, 3 * d)
     per_block = (d * 3 * d) + (d * d + d) + (d * f + f) + (f * d + d) + 4 * d
     assert count_params(params) == 80 * d + cfg.context * d + per_block * cfg.n_layers + 2 * d
-    logits = model.apply(params, jnp.zeros((3, 16), jnp.int32))
+    logits = jax.jit(model.apply)(params, jnp.zeros((3, 16), jnp.int32))  # op by op: seconds
     assert logits.shape == (3, 16, 80)
 
 
@@ -113,7 +114,8 @@ def test_model_is_causal():
     params = model.init(1)
     a = jnp.arange(16)[None] % 80
     b = a.at[0, 10].set(79)
-    la, lb = model.apply(params, a), model.apply(params, b)
+    apply = jax.jit(model.apply)  # one program: op by op, each op compiled took seconds
+    la, lb = apply(params, a), apply(params, b)
     assert jnp.allclose(la[0, :10], lb[0, :10], atol=1e-6)
     assert not jnp.allclose(la[0, 10:], lb[0, 10:], atol=1e-6)
 

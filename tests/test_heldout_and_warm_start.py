@@ -65,8 +65,9 @@ def test_evaluator_tune_test_val_match_a_per_sequence_loop():
     mcfg = dl.ModelConfig(context=SEQ_LEN, d_model=16, n_layers=1, n_heads=2)
     model = build_model(dataclasses.replace(mcfg, vocab_size=corpus.vocab_size))
     rng = np.random.default_rng(0)  # sharper logits than the init: no near-tie argmaxes
+    init = jax.jit(model.init, static_argnums=0)  # one program: op by op took seconds
     params = jax.tree.map(lambda x: np.asarray(x) + 0.3 * rng.standard_normal(np.shape(x))
-                          .astype(np.float32), model.init(3))
+                          .astype(np.float32), init(3))
     config = dl.RunConfig(model=mcfg, seq_len=SEQ_LEN, eval_batches=2)
     metrics = training.make_evaluator(model, corpus, config)(params)
 
@@ -74,7 +75,7 @@ def test_evaluator_tune_test_val_match_a_per_sequence_loop():
     starts, plays = _ref_starts_and_plays(corpus, config.eval_batches, training.EVAL_BATCH,
                                           SEQ_LEN)
     seqs = np.stack([corpus.val[s:s + SEQ_LEN + 1] for s in starts])
-    logits = np.asarray(model.apply(params, seqs[:, :-1]), np.float64)
+    logits = np.asarray(jax.jit(model.apply)(params, seqs[:, :-1]), np.float64)
     loss, acc = np.zeros(n_seq), np.zeros(n_seq)
     for i in range(n_seq):
         z = logits[i] - logits[i].max(-1, keepdims=True)
