@@ -60,9 +60,9 @@ NBMAKE         := --nbmake --nbmake-timeout=900
 test: $(STAMP)
 	@echo "[venv] $(VENV) is there: make test's time starts now"; date +%s > $(VENV)/.test-started
 	$(VENV)/bin/ruff check diloco_lite tests $(NOTEBOOKS:%=%/*.py)
-	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10 \
-		-p tests.budget --time-budget $(BUDGET_WRITE) -m "not slow" $(NBMAKE) \
-		$(FAST_NOTEBOOKS) tests
+	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
+		--no-loadscope-reorder --durations=10 -p tests.budget --time-budget $(BUDGET_WRITE) \
+		-m "not slow" $(NBMAKE) $(FAST_NOTEBOOKS) tests
 	@echo "[make test] passed in $$(( $$(date +%s) - $$(cat $(VENV)/.test-started) )) s" \
 		"(the venv not included)"
 
