@@ -46,7 +46,7 @@ reproduce-scaling: $(STAMP)
 ## tests that grew). make test-all adds the rest (docs/testing.md says what runs where).
 # The teaching notebooks of the fast lane: ONE list, the longest first (xdist deals them out
 # in this order, alternately: 04 and 02 go to different workers). Every other notebook (07,
-# 08, one not listed here yet such as a split-off 04b_*) runs in test-rest: each runs somewhere.
+# 08, 04b: the experiments split off 04) runs in test-rest: each runs somewhere.
 FAST_NOTEBOOKS := $(wildcard notebooks/04_*.ipynb notebooks/02_*.ipynb notebooks/01_*.ipynb \
                     notebooks/03_*.ipynb notebooks/05_*.ipynb notebooks/06_*.ipynb \
                     notebooks/00_*.ipynb notebooks/09_*.ipynb)
