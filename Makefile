@@ -2,6 +2,8 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# the `book` extra on top (make book)
+BOOK_STAMP := $(VENV)/.book-stamp
 PYTHON ?= python3
 NOTEBOOKS := notebooks notebooks/exercises notebooks/exercises/solutions
 
@@ -17,7 +19,7 @@ COLAB_STACK  := jax==0.7.2 jaxlib==0.7.2 flax==0.11.2 optax==0.2.6 numpy==2.0.2 
                 pytest nbmake jupytext ipykernel hypothesis pyyaml ray==2.60.0
 
 .PHONY: reproduce reproduce-scaling test test-rest test-all test-durations test-colab test-1dev \
-        bench stress measure-links lab lint notebooks-sync clean
+        bench stress measure-links lab lint notebooks-sync clean book book-test chromium
 
 # The venv's creation is timed apart from the lanes (make test's time budget leaves it out).
 $(STAMP): pyproject.toml
@@ -52,17 +54,18 @@ FAST_NOTEBOOKS := $(wildcard notebooks/04_*.ipynb notebooks/02_*.ipynb notebooks
                     notebooks/00_*.ipynb notebooks/09_*.ipynb)
 REST_NOTEBOOKS := $(filter-out $(FAST_NOTEBOOKS),$(sort $(wildcard notebooks/*.ipynb)))
 TEST_WORKERS   ?= 2
-NBMAKE         := --nbmake --nbmake-timeout=900
+# the notebooks run as tests (tests/notebooks_run.py) keep their executed copies for the book
+NOTEBOOK_RUN   := -p tests.notebooks_run --notebook-timeout=900
 
 # One session, so that a worker never waits for the other between the two parts: each file
 # (a notebook is one) goes whole to a worker, the notebooks first (the longest items). The unit
 # tests run in quick mode too: they set DILOCO_LITE_QUICK themselves where it matters.
 test: $(STAMP)
 	@echo "[venv] $(VENV) is there: make test's time starts now"; date +%s > $(VENV)/.test-started
-	$(VENV)/bin/ruff check diloco_lite tests $(NOTEBOOKS:%=%/*.py)
+	$(VENV)/bin/ruff check diloco_lite tests book $(NOTEBOOKS:%=%/*.py)
 	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
 		--no-loadscope-reorder --durations=10 -p tests.budget --time-budget $(BUDGET_WRITE) \
-		-m "not slow" $(NBMAKE) $(FAST_NOTEBOOKS) tests
+		-m "not slow" $(NOTEBOOK_RUN) $(FAST_NOTEBOOKS) tests
 	@echo "[make test] passed in $$(( $$(date +%s) - $$(cat $(VENV)/.test-started) )) s" \
 		"(the venv not included)"
 
@@ -75,10 +78,35 @@ test-durations:
 ## the two lanes apart): the unit tests marked `slow` (processes, Ray clusters, the testbed,
 ## the exercise notebooks executed, the reference against the library, the real-time syncer)
 ## and REST_NOTEBOOKS (07: processes over links; 08: Ray actors) in quick mode.
-test-rest: $(STAMP)
+test-rest: $(BOOK_STAMP) chromium
 	$(PY) -m pytest -q --durations=10 -m slow tests
-	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q --durations=0 $(NBMAKE) $(REST_NOTEBOOKS)
-	# the book's build and browser test goes here when it exists
+	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q --durations=0 $(NOTEBOOK_RUN) $(REST_NOTEBOOKS)
+	$(MAKE) --no-print-directory book-test
+
+## make book: the course as a website in build/book/html (open build/book/html/index.html, or
+## serve it: python -m http.server -d build/book/html): notebooks 00-09 executed in quick mode
+## (each taken from make test's run when nothing changed since: book/execute.py), docs/, the
+## reference's source, the blank exercises; offline, nothing loaded from outside the folder.
+## make book FULL=1: the full-size notebooks (their runs from make reproduce's cache).
+## Installs the `book` extra (Sphinx, myst-nb, the book theme, offline MathJax, Playwright).
+$(BOOK_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[dev,book]"
+	touch $(BOOK_STAMP)
+
+book: $(BOOK_STAMP)
+	$(PY) -m book.build $(if $(filter 1,$(FULL)),--full)
+
+## make book-test: make book, then every page opened in headless Chromium (book/browser.py):
+## no console error, no outside request, every image and chart drawn, no error output, no
+## broken internal link. CI runs it (in make test-rest).
+book-test: book chromium
+	$(PY) -m book.browser build/book/html
+
+## make chromium: Debian's chromium for the browser test (apt-get, as root), when missing
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		apt-get install -y -qq chromium; } || { echo "install chromium (Debian: apt-get install" \
+		"chromium) for the browser test"; exit 1; }
 
 ## make test-all: everything: make test, then make test-rest
 test-all:

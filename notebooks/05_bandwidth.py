@@ -59,6 +59,9 @@ dl.emulate_devices(8)
 import dataclasses
 import math
 
+import numpy as np
+import pandas as pd
+
 from IPython.display import display
 
 from diloco_lite.systems import bandwidth as bw
@@ -195,6 +198,31 @@ plots.save(bplots.utilization_chart(curves), "bandwidth_utilization")
 # orders of magnitude: DiLoCo by sending H times less often, Streaming by also splitting the
 # burst (smaller peaks) and overlapping it with compute, Decoupled by sending a small fragment
 # every step in 4 bits.
+#
+# How far left does DiLoCo move with H? The next chart draws DiLoCo at seven values of H, from 1
+# (the same bytes as DDP, every step) to 1000. In the book (`make book`) a slider picks H; here
+# H = 100 is drawn in colour and the others in grey.
+
+# %%
+by_h = report.utilization_by_inner_steps(points=40 if QUICK else 160)
+plots.save(bplots.utilization_h_chart(by_h, h=100), "bandwidth_utilization_h")
+
+# %% [markdown]
+# DiLoCo sends the same bytes as DDP once every H steps, so at H = 1 its curve *is* DDP's. The
+# bandwidth each H needs for 50% utilization, read off the curves:
+
+# %%
+half = (by_h[(by_h.method == "diloco") & (by_h.utilization >= 0.5)]
+        .groupby("inner_steps").bandwidth_gbps.min())
+assert np.allclose(by_h[by_h.method == "ddp"].utilization.values,
+                   by_h[(by_h.method == "diloco") & (by_h.inner_steps == 1)].utilization.values)
+display(pd.DataFrame({"Gbit/s for 50%": half, "÷ by the next 10× of H": half / half.shift(-2)}))
+
+# %% [markdown]
+# From H = 10 on, each 10× in H divides the bandwidth needed by about 10. Between H = 1 and 10
+# the gain is smaller: the simulator starts each transfer during the last step's backward pass
+# (in buckets, as DDP does), which hides a fixed part of it, and that part counts for more when
+# the transfer is spread over few steps.
 #
 # ## 3. The bandwidth needed, 1B to 100B parameters
 

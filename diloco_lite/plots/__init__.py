@@ -2,8 +2,14 @@
 
 Why PNG: with altair 6 the default renderer loads Vega from a CDN (blank offline: "Error
 loading script") and JupyterLab 4.6's built-in `mimetype` renderer does not take Vega-Lite 6.
-The `png` renderer draws the chart in-process with vl-convert, so the image is in the notebook
+Our renderer draws the chart in-process with vl-convert, so the image is in the notebook
 output itself and shows in JupyterLab offline, in Colab and on GitHub's notebook view.
+
+The one switch for interactive charts: the same output also carries the chart's Vega-Lite spec
+under CHART_MIME, a type no notebook front end knows, so JupyterLab, Colab and GitHub show the
+PNG. The book (`make book`) draws the spec instead, with the Vega bundled into the site: its
+tooltips, selections and sliders work there. A chart is written once; where it is interactive
+is the front end's choice, not a second version of the figure.
 
 Figure builders live next to their topic (`plots.training`, `plots.bandwidth`, ...); each one
 saves under `figures/` (of `paths.project_root()`: the clone, or the working directory on Colab)
@@ -18,7 +24,8 @@ from pathlib import Path
 
 from .. import paths
 
-RENDERER = "png"
+RENDERER = "diloco_lite"  # PNG for the notebook front ends, plus the spec for the book
+CHART_MIME = "application/vnd.diloco-lite.vegalite+json"
 
 # Legends and tables name methods in words, not by their config names.
 LABELS = {
@@ -96,7 +103,21 @@ def enable() -> None:
     if "diloco_lite" not in alt.theme.names():
         alt.theme.register("diloco_lite", enable=False)(_theme)
     alt.theme.enable("diloco_lite")
+    if RENDERER not in alt.renderers.names():
+        alt.renderers.register(RENDERER, _render)
     alt.renderers.enable(RENDERER, scale_factor=2.0)
+
+
+def _render(spec: dict, **metadata):
+    """The PNG (vl-convert, in-process) and, beside it, the spec for the book (CHART_MIME)."""
+    try:  # altair 6; Colab's altair 5 has the same function one module over
+        from altair.vegalite.v6.display import png_renderer
+    except ImportError:
+        from altair.vegalite.v5.display import png_renderer
+
+    out = png_renderer(spec, **metadata)
+    data, meta = out if isinstance(out, tuple) else (out, {})
+    return {**data, CHART_MIME: spec}, meta
 
 
 def default_figures_dir() -> Path:

@@ -11,7 +11,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from . import method_colors, method_label
+from . import PALETTE, method_colors, method_label
 
 # The sensitivity chart's assumptions in words (field of `bandwidth_report.Reconstruction`).
 ASSUMPTIONS = {
@@ -55,6 +55,43 @@ def utilization_chart(df: pd.DataFrame) -> alt.Chart:
     return line.facet(
         column=alt.Column("model:N", title=None, sort=list(df.model.unique()))
     ).properties(title="Compute utilization vs bandwidth (8 replicas)")
+
+
+def utilization_h_chart(df: pd.DataFrame, h: int = 100) -> alt.Chart:
+    """DiLoCo's utilization vs bandwidth, one grey line per H, the chosen H drawn in colour;
+    DDP dashed. In the book a slider chooses H (`make book`: interactive charts); the PNG shows
+    `h`. Columns: those of `bandwidth_report.utilization_by_inner_steps`."""
+    hs = sorted(df.loc[df.method == "diloco", "inner_steps"].unique())
+    if h not in hs:
+        raise ValueError(f"h must be one of the inner_steps in the data {hs}, got {h}")
+    data = _in_words(df).assign(rank=df.inner_steps.map({v: i for i, v in enumerate(hs)}))
+    pick = alt.param(name="H_rank", value=hs.index(h), bind=alt.binding_range(
+        min=0, max=len(hs) - 1, step=1, name=f"H, in {len(hs)} steps from {hs[0]} to {hs[-1]}: "))
+    x = alt.X("bandwidth_gbps:Q", scale=alt.Scale(type="log"), title="link bandwidth (Gbit/s)")
+    y = alt.Y("utilization:Q", scale=alt.Scale(domain=[0, 1]), title="compute utilization",
+              axis=alt.Axis(format="%"))
+    tip = ["method", alt.Tooltip("inner_steps:Q", title="H"),
+           alt.Tooltip("bandwidth_gbps:Q", format=".3g"),
+           alt.Tooltip("utilization:Q", format=".1%")]
+    diloco = alt.Chart(data).transform_filter(alt.datum.method == method_label("diloco"))
+    every = diloco.mark_line(strokeWidth=1, color="#c8c8c8").encode(
+        x=x, y=y, detail="inner_steps:O", tooltip=tip)
+    chosen = diloco.transform_filter(alt.datum.rank == pick).mark_line(
+        strokeWidth=3, color=PALETTE["diloco"]).encode(x=x, y=y, tooltip=tip)
+    label = diloco.transform_filter(alt.datum.rank == pick).transform_filter(
+        alt.datum.utilization >= 0.5).transform_aggregate(
+        bandwidth_gbps="min(bandwidth_gbps)", inner_steps="max(inner_steps)").transform_calculate(
+        text="'DiLoCo H = ' + datum.inner_steps").mark_text(
+        align="right", dx=-6, dy=-8, fontSize=12, color=PALETTE["diloco"], fontWeight="bold"
+        ).encode(x=x, y=alt.YDatum(0.5), text="text:N")
+    ddp = alt.Chart(data).transform_filter(alt.datum.method == method_label("ddp")).mark_line(
+        strokeWidth=2, strokeDash=[6, 3], color=PALETTE["ddp"]).encode(x=x, y=y, tooltip=tip)
+    return (every + ddp + chosen + label).add_params(pick).properties(
+        width=460, height=260, title=alt.TitleParams(
+            "DiLoCo's utilization vs bandwidth: each H is one curve",
+            subtitle=["10B parameters, 1.6 s per step, 8 replicas, bf16; DDP dashed; "
+                      "grey: the other H",
+                      "from H = 10 on, 10× more inner steps need about 10× less bandwidth"]))
 
 
 def required_chart(df: pd.DataFrame) -> alt.Chart:

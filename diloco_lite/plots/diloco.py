@@ -54,13 +54,17 @@ def colour(labels) -> alt.Color:
 
 
 def curves(histories: dict[str, Any], title: str = "") -> alt.Chart:
-    """Held-out loss (left) and accuracy (right) against tokens, one line per label."""
+    """Held-out loss (left) and accuracy (right) against tokens, one line per label. In the book
+    (interactive charts) a click on a legend entry picks its lines in both panels (shift-click
+    adds one); the PNG shows every line."""
     df = tidy(histories, ("val_loss", "val_accuracy"))
+    pick = alt.selection_point(fields=["method"], bind="legend")
     base = alt.Chart(df).mark_line(strokeWidth=2).encode(
         x=_TOKENS, color=colour(histories),
+        opacity=alt.condition(pick, alt.value(1.0), alt.value(0.12)),
         tooltip=["method", "step", alt.Tooltip("value:Q", format=".4f")],
     ).properties(width=300, height=230)
-    loss = base.transform_filter("datum.metric == 'val_loss'").encode(
+    loss = base.transform_filter("datum.metric == 'val_loss'").add_params(pick).encode(
         y=alt.Y("value:Q", title="held-out loss (nats/char)", scale=alt.Scale(zero=False)))
     acc = base.transform_filter("datum.metric == 'val_accuracy'").encode(
         y=alt.Y("value:Q", title="held-out next-char accuracy", axis=alt.Axis(format="%"),

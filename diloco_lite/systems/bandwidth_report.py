@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import DDP, DecoupledDiLoCo, DiLoCo
+from ..config import DDP, DecoupledDiLoCo, DiLoCo, check_int
 from . import bandwidth as bw
 
 PUBLISHED = {"ddp": 198.0, "decoupled_diloco": 0.84}
@@ -188,6 +188,29 @@ def utilization_curves(
                 )
             )
     return pd.concat(frames, ignore_index=True)
+
+
+def utilization_by_inner_steps(
+    inner_steps=(1, 3, 10, 30, 100, 300, 1000),
+    points: int = 120,
+    model=(1e10, 1.6),
+    replicas: int = 8,
+    lo_gbps: float = 1e-2,
+    hi_gbps: float = 1e4,
+) -> pd.DataFrame:
+    """DiLoCo's utilization vs bandwidth at each H of `inner_steps` (bf16, one model of
+    SWEEP_MODELS), DDP's beside it: tidy, with columns method, inner_steps (DDP: 1),
+    bandwidth_gbps, utilization."""
+    for h in inner_steps:
+        check_int("inner_steps", h, 1)
+    n, t = model
+    grid = np.geomspace(lo_gbps, hi_gbps, points)
+    algs = [DDP()] + [DiLoCo(inner_steps=h) for h in inner_steps]
+    return pd.concat([pd.DataFrame({
+        "method": alg.name, "inner_steps": getattr(alg, "inner_steps", 1), "bandwidth_gbps": grid,
+        "utilization": bw.utilization_curve(alg, n_params=n, step_time_s=t, bandwidths_gbps=grid,
+                                            replicas=replicas)}) for alg in algs],
+        ignore_index=True)
 
 
 @dataclasses.dataclass(frozen=True)
