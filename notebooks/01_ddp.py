@@ -139,6 +139,19 @@ print(f"reference gradient norm {norm(reference):.4f}")
 # `check_vma=False` tells `shard_map` not to track which values differ between devices. Autodiff
 # then treats the replicated parameters as each device's private copy, so the gradient it
 # returns is purely local, and we average it ourselves.
+#
+# **Predict:** how far from section 1's reference gradient (one device, the whole batch) will
+# this hand-built DDP gradient be: within float rounding (below 1e-5), or visibly off (above
+# 1e-2)?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# Within float rounding. Every worker holds the same number B of sequences, so the mean of the
+# M workers' gradients of their mean losses is the gradient of the mean loss over all M·B
+# sequences; only the order of the float additions differs. The next cell prints the largest
+# difference.
+#
+# </details>
 
 # %%
 def device_loss(params, batch_WxBxL1):  # the W workers of one device, B sequences each
@@ -157,20 +170,32 @@ def on_mesh(f, **kwargs):
 
 hand_grad = on_mesh(ddp_grad, check_vma=False)
 loss, grads = hand_grad(params_r, batch_s)
-print(f"loss {float(loss):.4f}; |hand-built DDP grad - reference| <= {max_diff(grads, reference):.1e}")
+print(f"loss {float(loss):.4f}; predicted: the reference to float rounding; "
+      f"measured |hand-built DDP grad - reference| <= {max_diff(grads, reference):.1e}")
 assert max_diff(grads, reference) < 1e-5
 
 # %% [markdown]
-# ## 3. The pitfall: the same code, `M` times the gradient
+# ## 3. The pitfall: the same code, another gradient
 #
-# Now drop `check_vma=False` (the default is `True`) and change nothing else. With one worker
-# per device the gradient comes out D = M = 8 times too large:
+# Now drop `check_vma=False` (the default is `True`) and change nothing else.
+#
+# **Predict:** on the 8 emulated devices, one worker each, the norm of the gradient this returns
+# divided by the reference's norm is 1, 1/8 or 8?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# 8: the gradient comes out D = M = 8 times too large. With `check_vma=True`, autodiff already
+# sums the gradient over the D devices (why, below the next cell), and the `pmean` after it
+# averages D identical copies of that sum. The next cell prints the measured ratio.
+#
+# </details>
 
 # %%
 wrong_grad = on_mesh(ddp_grad)  # check_vma=True
 _, grads_wrong = wrong_grad(params_r, batch_s)
 ratio = norm(grads_wrong) / norm(reference)
-print(f"|wrong grad| / |true grad| = {ratio:.4f}   ({D} devices, M = {M} workers)")
+print(f"predicted: D = {D}× the true gradient; measured |wrong grad| / |true grad| = {ratio:.4f}"
+      f"   ({D} devices, M = {M} workers)")
 assert abs(ratio - D) < 1e-3
 assert max_diff(jax.tree.map(lambda g: g / D, host(grads_wrong)), reference) < 1e-5
 
@@ -203,6 +228,19 @@ assert wrong_bytes == (param_bytes + embed_bytes) + (param_bytes + 4)
 # meets a loss already divided by `M`, so the gradient is right.
 # (Differentiating the `pmean`-ed loss *inside* a `check_vma=True` `shard_map` is the same
 # thing.)
+#
+# **Predict:** section 3's program all-reduced autodiff's sum *and* our `pmean`; this one has
+# only autodiff's. How many bytes does it all-reduce, with the parameters at 434,688 B and the
+# embedding at 19,456 B (section 3's print)?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# 454,144 B: the parameters plus the embedding once more. Autodiff's all-reduce is section 3's
+# first one: the tied embedding `E` is used twice (the input lookup and the output head), each
+# use gets its own gradient, and both cross the network before they are added. The second cell
+# below prints the measured bytes.
+#
+# </details>
 
 # %%
 def mean_loss(params, batch_WxBxL1):
@@ -226,7 +264,8 @@ assert max_diff(grads_outside, reference) < 1e-5
 report = collective_bytes(outside_grad, params_r, batch_s)
 shapes = [s for op in report["ops"] for s in re.findall(r"f32\[[0-9,]*\]", op.shape)]
 print("embedding-shaped operands:", [s for s in shapes if "76" in s])
-print(f"all-reduced {report['total']:,} B = parameters {param_bytes:,} + embedding {embed_bytes:,}")
+print(f"predicted: parameters {param_bytes:,} + embedding {embed_bytes:,} = "
+      f"{param_bytes + embed_bytes:,} B; measured: all-reduced {report['total']:,} B")
 assert report["by_kind"] == {"all-reduce": param_bytes + embed_bytes}
 
 # %% [markdown]
@@ -256,7 +295,18 @@ assert max_diff(p_hand, p_lib) < 1e-6
 # The corpus draws the global batch first and then splits it by worker, so one worker with
 # batch `M·B` sees exactly the same sequences. Plain single-device SGD on that batch (with the
 # reference gradient of §1, no mesh, no collective) must reach the same parameters as the
-# library's 8-worker DDP of §5, up to float32 rounding.
+# library's 8-worker DDP of §5.
+#
+# **Predict:** after the 3 steps, the largest difference between the two is exactly 0, float
+# rounding (below 1e-5), or visible (above 1e-3)?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# Float rounding, not exactly 0: the same sequences give the same gradient mathematically, but
+# one device sums the losses of 128 sequences in one order, the 8 workers sum 16 each and then
+# average, and float addition depends on the order. The next cell prints the difference.
+#
+# </details>
 
 # %%
 p_one = params
@@ -264,14 +314,24 @@ for t in range(n_steps):
     big = get_batch(t, workers=1, batch_size=M * B)  # [1, M*B, L+1]
     assert np.array_equal(big.reshape(M, B, L + 1), get_batch(t))  # the same sequences
     p_one = sgd_update(p_one, single_grad(p_one, big[0]))
-print(f"|8 workers x B - 1 worker x 8B| <= {max_diff(p_lib, p_one):.1e}")
+print(f"predicted: float rounding; measured |8 workers x B - 1 worker x 8B| <= "
+      f"{max_diff(p_lib, p_one):.1e}")
 assert max_diff(p_lib, p_one) < 1e-5
 
 # %% [markdown]
 # ## 7. The bytes of one DDP step
 #
-# By hand: the step all-reduces the gradient, one float32 per parameter, plus the 4-byte loss:
-# 108,672 × 4 + 4 = **434,692 bytes** contributed by each worker, in one combined all-reduce.
+# **Predict:** the model has 108,672 parameters in float32 (section 1). How many bytes does each
+# worker put into one step of section 2's program?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# 108,672 × 4 + 4 = **434,692 bytes**, in one combined all-reduce: the gradient, one float32
+# per parameter, plus the 4-byte loss. The next cell prints what the compiled program
+# all-reduces.
+#
+# </details>
+#
 # The optimizer does not change this: it runs after the all-reduce, on a gradient every device
 # already holds (so AdamW's gradient clipping, used below, needs no extra communication).
 #
@@ -282,7 +342,8 @@ assert max_diff(p_lib, p_one) < 1e-5
 
 # %%
 report = collective_bytes(hand_grad, params_r, batch_s)  # §2's step: the library's formulation
-print([(op.kind, op.bytes) for op in report["ops"]])
+print(f"predicted: {count_params(params):,} × 4 + 4 = {count_params(params) * 4 + 4:,} B; "
+      f"measured: {[(op.kind, op.bytes) for op in report['ops']]}")
 assert count_params(params) * 4 + 4 == param_bytes + 4 == 434_692
 assert report["by_kind"] == {"all-reduce": param_bytes + 4}
 assert library.final.comm_bytes == n_steps * M * param_bytes  # what §5's run booked

@@ -88,6 +88,17 @@ plots.enable()
 # fast in every mode. The pieces are DDP's (the model's loss, the batches `[M, B, L+1]`, AdamW),
 # but there is **no all-reduce**: each worker keeps its own parameters and optimizer state, so
 # the `M` workers are `M` independent trainings side by side, `jax.vmap` over a worker axis.
+#
+# **Predict:** AdamW keeps two moments per parameter. How many floats do the M = 8 workers'
+# inner optimizer states hold in all, as a multiple of the parameter count?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# 16 = 2 × M: each worker keeps its own two moments, because each sees only its own gradients
+# (plus one integer step count per worker). DDP's replicated workers hold equal states; these
+# differ. The second cell below counts them.
+#
+# </details>
 
 # %%
 check_cfg = dl.Session(quick=True).config(algorithm=dl.DiLoCo(inner_steps=8))
@@ -114,6 +125,12 @@ def stack(tree):  # M copies on a leading worker axis
 theta0 = model.init(check_cfg.seed)
 print(f"{dl.count_params(theta0):,} parameters; {M} workers × {B} sequences × {L} characters")
 
+# %%
+state_floats = sum(x.size for x in jax.tree.leaves(stack(inner_opt.init(theta0)))
+                   if jnp.issubdtype(x.dtype, jnp.floating))
+print(f"predicted: 2 × M = {2 * M}× the parameters; measured: the {M} AdamW states hold "
+      f"{state_floats / dl.count_params(theta0):.3f}× as many floats")
+
 # %% [markdown]
 # ## 2. The pseudo-gradient and the outer Nesterov step
 #
@@ -127,12 +144,35 @@ print(f"{dl.count_params(theta0):,} parameters; {M} workers × {B} sequences × 
 #
 # (This is `optax.sgd(0.7, momentum=0.9, nesterov=True)`, the library's default outer
 # optimizer: section 3 checks the whole method against the library, which uses it.)
+#
+# **Predict:** at the first sync the velocity is 0. How long is θ's move, as a multiple of
+# ‖Δ‖? And if Δ came out the same round after round, what multiple would the move approach?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# 1.33: v becomes Δ, and θ moves by η(Δ + μΔ) = 0.7 × 1.9 Δ, against Δ's direction. For a
+# constant Δ the velocity approaches Δ / (1 − μ) = 10 Δ and the move η(Δ + μ · 10 Δ) = 7 Δ:
+# momentum makes the outer step up to 7 times the workers' mean move. The second cell below
+# takes 100 outer steps on a constant Δ.
+#
+# </details>
 
 # %%
 def outer_nesterov(theta, velocity, delta, lr=0.7, mu=0.9):
     velocity = jax.tree.map(lambda v, d: mu * v + d, velocity, delta)
     theta = jax.tree.map(lambda t, d, v: t - lr * (d + mu * v), theta, delta, velocity)
     return theta, velocity
+
+
+# %%
+toy_delta, toy_theta, toy_velocity = jnp.ones(3), jnp.zeros(3), jnp.zeros(3)  # Δ = (1, 1, 1)
+moves = []
+for _ in range(100):
+    new_theta, toy_velocity = outer_nesterov(toy_theta, toy_velocity, toy_delta)
+    moves.append(float(jnp.linalg.norm(new_theta - toy_theta) / jnp.linalg.norm(toy_delta)))
+    toy_theta = new_theta
+print(f"predicted: 1.33× ‖Δ‖, then toward 7×; measured: the first move {moves[0]:.3f}× ‖Δ‖, "
+      f"the 100th {moves[-1]:.3f}× (against Δ: θ went to {toy_theta[0]:.1f})")
 
 
 # %% [markdown]
@@ -165,6 +205,19 @@ print(f"θ by hand == θ from dl.train after {check_cfg.steps // H} rounds "
 
 # %% [markdown]
 # ## 4. Communication, read from the compiled program
+#
+# **Predict** before reading on: compiled for the devices, how many collectives do one
+# worker's H = 8 inner steps contain? And at a sync, where every device must end up with all
+# M = 8 workers' Δ_m, how many bytes does the gathered result hold, as a multiple of the
+# model's fp32 bytes?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# None: each worker steps on its own parameters, batches and AdamW state. M = 8 times the
+# model: each Δ_m is the model's size, and the sync gathers all M of them on every device. The
+# second cell below prints both, read from the compiled programs.
+#
+# </details>
 #
 # On the devices DiLoCo is two programs. The **inner loop**: each device runs its workers' H
 # steps (`lax.scan` of `vmap`, inside `shard_map`): nothing crosses devices. The **sync**: every
@@ -199,8 +252,9 @@ batches = jax.device_put(np.zeros((M, H, B, L + 1), np.int32), mesh.sharding("wo
 inner_ops = dl.collective_bytes(inner_loop, local_s, state_s, batches)
 sync_ops = dl.collective_bytes(sync, theta0, theta0, local_s)
 model_bytes = WireFormat(32).tree_nbytes(theta0)
-print(f"inner loop ({H} steps): {len(inner_ops['ops'])} collectives")
-print(f"sync: {sync_ops['by_kind']} — {M} workers × {model_bytes:,} bytes (the model in fp32)")
+print(f"inner loop ({H} steps): predicted 0 collectives, measured {len(inner_ops['ops'])}")
+print(f"sync: predicted {M} × {model_bytes:,} = {M * model_bytes:,} bytes ({M} workers × the "
+      f"model in fp32); measured {sync_ops['by_kind']}")
 assert inner_ops["ops"] == []
 assert sync_ops["by_kind"] == {"all-gather": M * model_bytes}
 
@@ -225,12 +279,24 @@ print(f"DiLoCo: {syncs} syncs × {M} workers × {model_bytes:,} B "
 # too much.
 #
 # **When is H = 1 DDP?** Outer SGD (lr 1, no momentum) removes the amplification:
-# θ − 1·mean_m(θ − θ_m) = mean_m θ_m, the mean of the M workers' one-step results. With an SGD
+# θ − 1·mean_m(θ − θ_m) = mean_m θ_m, the mean of the M workers' one-step results.
+#
+# **Predict:** run DiLoCo with H = 1 and outer SGD(lr 1) against DDP for 4 steps on the same
+# batches, once with an SGD inner optimizer and once with AdamW inside: in which case is the
+# largest parameter difference at float rounding (below 1e-5)?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# Only with SGD inside. With an SGD
 # inner optimizer each worker's step is θ − η g_m, so the mean is θ − η·mean_m g_m: that is
 # DDP's step, and DiLoCo with an SGD inner optimizer, H = 1 and outer SGD(lr 1) ≡ DDP with that
 # SGD. With AdamW inside the identity fails, whatever the outer step: each worker's AdamW
 # moments normalise (and its clipping scales) its *own* gradient, so the mean of M AdamW
-# updates is not one AdamW update of the mean gradient. Measured: 4 steps of this notebook's
+# updates is not one AdamW update of the mean gradient.
+#
+# </details>
+#
+# Measured: 4 steps of this notebook's
 # small run, DiLoCo (H = 1, outer `optax.sgd(1.0)`) against DDP, with the same batches, once
 # with `optax.sgd(0.5)` inside and once with the default AdamW (`tests/test_identities.py`
 # checks both on a tinier model):
@@ -247,7 +313,9 @@ with jax.default_matmul_precision("highest"):
             for algo in (dl.DDP(), identity))
         gap[inner] = max(jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))),
                                                       ddp_run.params, diloco_run.params)))
-        print(f"{inner} inside: DiLoCo vs DDP, largest parameter difference {gap[inner]:.1e}")
+        print(f"{inner} inside: DiLoCo vs DDP, predicted "
+              f"{'float rounding' if inner == 'SGD' else 'a real difference'}; measured largest "
+              f"parameter difference {gap[inner]:.1e}")
 assert gap["SGD"] < TOL  # the identity, to float rounding
 assert gap["AdamW"] > 100 * TOL  # not an identity: a real difference
 print(f"AdamW's gap is {gap['AdamW'] / max(gap['SGD'], 1e-12):,.0f}× SGD's")
@@ -281,12 +349,25 @@ session.show("h_sweep", h_sweep, only=("diloco_h_sweep", "diloco_accuracy_vs_byt
 # These runs follow the papers' protocol (notebook 09). M = 1 is DiLoCo with one worker: no
 # averaging, only the outer Nesterov step every H steps (a "lookahead" optimizer). The cosine
 # chart shows how much less the workers agree as M grows, the loss curves what that costs.
+#
+# **Predict:** as M goes from 1 to 8 at this fixed global batch, does each worker send more
+# bytes over the run, fewer, or the same? And all the workers together?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# The same per worker: at every sync each worker sends its Δ_m, the whole model, and the number
+# of syncs (steps / H) does not depend on M. All together: M times one worker's bytes. The
+# next cell prints the bytes per worker.
+#
+# </details>
 
 # %%
 m_sweep = session.run_group("m_sweep")
 finals = pd.DataFrame({k: h.iloc[-1] for k, h in m_sweep.items()}).T
 finals["bytes per worker"] = finals.comm_bytes / [c.workers for c in GROUPS["m_sweep"].values()]
 display(finals[["val_loss", "val_accuracy", "comm_bytes", "bytes per worker"]])
+print("predicted: the same bytes per worker for every M; measured:",
+      {k: f"{b:,.0f}" for k, b in finals["bytes per worker"].items() if k != "DDP"})
 session.show("m_sweep", m_sweep)
 
 # %% [markdown]
@@ -334,7 +415,20 @@ session.show("shards", shards)
 # (notebook 04 meets a merge that keeps its length). **c < 0**: they pull against each other.
 # The library measures c inside the sync, from the deltas it gathered (no extra communication),
 # with `worker_drift` (the root mean ‖Δ_m‖²) and `pseudo_grad_norm` (‖Δ‖ of the merge). By hand
-# on the last round of section 3, against what the library's run recorded at its last merge:
+# on the last round of section 3, against what the library's run recorded at its last merge.
+#
+# **Predict:** at section 3's last sync (8 workers, 8 AdamW steps each on its own batches), is
+# the workers' mean cosine c closer to 0 or to 1? So does the average keep most of a worker's
+# move, or about 1/√8 ≈ 0.35 of it?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# Closer to 1 (about 0.75), so the average keeps about √((1 + 7 · 0.75)/8) ≈ 0.88 of a move.
+# Each round the workers start from the same θ and read batches of the same plays, so much of
+# their gradients is common; and AdamW's update averages each worker's last ~10 gradients,
+# which smooths its own batches' noise. The next cell prints c and the share kept.
+#
+# </details>
 
 # %%
 theta_b, local_b = last_round
@@ -350,6 +444,9 @@ print(f"by hand: ‖mean Δ‖ {mean_norm:.4f}, cosine {cos:.4f}, "
       f"root mean ‖Δ_m‖² {jnp.sqrt(jnp.mean(norms_M ** 2)):.4f}")
 print(f"library: ‖mean Δ‖ {last.pseudo_grad_norm:.4f}, cosine {last.pseudo_grad_cosine:.4f}, "
       f"root mean ‖Δ_m‖² {last.worker_drift:.4f}")
+print(f"predicted: c closer to 1 than to 0; measured c = {cos:.2f}: the average keeps "
+      f"{mean_norm / jnp.sqrt(jnp.mean(norms_M ** 2)):.3f} of a move "
+      f"(√((1 + (M−1)c)/M) = {jnp.sqrt((1 + (M - 1) * cos) / M):.3f})")
 np.testing.assert_allclose([mean_norm, cos, jnp.sqrt(jnp.mean(norms_M ** 2))],
                            [last.pseudo_grad_norm, last.pseudo_grad_cosine, last.worker_drift],
                            rtol=1e-3)

@@ -86,7 +86,17 @@ plots.enable()
 # dominate). Streaming DiLoCo's paper cuts it by layers; the Decoupled DiLoCo paper (and this
 # library, by default) packs whole tensors into P fragments of similar size: largest tensor
 # first, each into the lightest fragment so far. By hand, then against the readable reference
-# of the method (`diloco_lite.reference`, which section 5 checks against the fast library):
+# of the method (`diloco_lite.reference`, which section 5 checks against the fast library).
+#
+# **Predict:** with P = 4, is the heaviest fragment closer to 1× the lightest or to 2×?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# Close to 1×. No single tensor holds more than a quarter of the model, and with the largest
+# placed first the many small tensors (biases, norms) fill the gaps last. The next cell prints
+# the ratio: about 1.06 in quick mode, 1.12 in full.
+#
+# </details>
 
 # %%
 cfg = GROUP["Streaming P=4 τ=0 32-bit"]
@@ -107,7 +117,7 @@ assert frags == reference.common.balanced_fragments(jax.tree.leaves(params), P)
 display(pd.DataFrame({"tensors": [len(f) for f in frags], "values": totals,
                       "largest": [names[max(f, key=lambda i: sizes[i])] for f in frags]}))
 print(f"{len(sizes)} tensors, {sum(sizes):,} values; heaviest / lightest fragment: "
-      f"{max(totals) / min(totals):.2f}")
+      f"predicted close to 1×, measured {max(totals) / min(totals):.2f}")
 
 # %% [markdown]
 # ## 2. The schedule, and the peak bytes per step
@@ -118,6 +128,17 @@ print(f"{len(sizes)} tensors, {sum(sizes):,} values; heaviest / lightest fragmen
 # bytes are DiLoCo's — but at most one fragment leaves at a step, so the **peak** per step is
 # the heaviest fragment, not the model. (The same schedule drives Decoupled DiLoCo's syncer in
 # notebook 04, and the bandwidth simulator of notebook 05.)
+#
+# **Predict:** with section 1's P = 4 fragments, DiLoCo's peak bytes per step divided by
+# Streaming DiLoCo's is exactly 4, a bit less, or a bit more?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# A bit less than 4. The peak is the heaviest fragment, and the heaviest of four fragments that
+# are not exactly equal holds more than a quarter of the model. The next cell prints the
+# ratio: about 3.8.
+#
+# </details>
 
 # %%
 offsets = [(p + 1) * H // P for p in range(P)]
@@ -136,8 +157,9 @@ def peak_bytes(algo):  # M workers × the heaviest step of one period of the sch
                    for t in range(1, algo.inner_steps + 1))
 
 
-print(f"peak per step: DiLoCo {M * WireFormat(32).tree_nbytes(params):,} B, "
-      f"P={P} {peak_bytes(cfg.algorithm):,} B")
+diloco_peak = M * WireFormat(32).tree_nbytes(params)  # the whole model, at one step
+print(f"peak per step: DiLoCo {diloco_peak:,} B, P={P} {peak_bytes(cfg.algorithm):,} B; "
+      f"predicted a bit under {P}×, measured {diloco_peak / peak_bytes(cfg.algorithm):.2f}×")
 
 # %% [markdown]
 # ## 3. Overlap τ and mixing α
@@ -151,13 +173,28 @@ print(f"peak per step: DiLoCo {M * WireFormat(32).tree_nbytes(params):,} B, "
 #
 # α = 0 throws away its last τ steps on that fragment (DiLoCo's plain replacement); α = 0.5 keeps
 # half of them. Θ_p also becomes the worker's **base**: its next pseudo-gradient is measured
-# from there, Δ_m = base − θ_m. Three workers, by hand:
+# from there, Δ_m = base − θ_m. Three workers, by hand.
+#
+# **Predict:** three workers hold [1, 2], [3, 4] and [5, 6] of a fragment, and Θ_p = [10, 20]
+# arrives. At α = 0.5, what does worker 0 hold after the mix? And how far apart are workers 0
+# and 2 then, per value (4 before)?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# [5.5, 11]: 0.5 · 1 + 0.5 · 10 and 0.5 · 2 + 0.5 · 20. Workers 0 and 2 end 2 apart: the mix
+# keeps α of each worker's own value and gives all of them the same (1 − α)·Θ_p, so the spread
+# between workers shrinks by α (at α = 0 it vanishes). The next cell prints both.
+#
+# </details>
 
 # %%
 local_MxD = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])  # three workers' fragment
 arrived_D = np.array([10.0, 20.0])  # the new global fragment Θ_p
 for alpha in (0.0, 0.5):
-    print(f"α = {alpha}: {(alpha * local_MxD + (1 - alpha) * arrived_D).tolist()}")
+    mixed_MxD = alpha * local_MxD + (1 - alpha) * arrived_D
+    print(f"α = {alpha}: {mixed_MxD.tolist()}; workers 0 and 2 apart by "
+          f"{(mixed_MxD[2] - mixed_MxD[0]).tolist()}")
+print("predicted at α = 0.5: worker 0 [5.5, 11.0], apart by 2 (was 4)")
 
 # %% [markdown]
 # ## 4. Quantization: 4 bits per value, plus a scale per row
@@ -166,7 +203,19 @@ for alpha in (0.0, 0.5):
 # integer round(x / s) ∈ [−7, 7] (4 bits), and the receiver multiplies back. Two 4-bit codes
 # share a byte (offset by 7, so that they are 0..14). By hand on a 2 × 6 tensor, against the
 # library's one wire format, `WireFormat(4)`, whose payload is what the compiled sync really
-# moves (uint8 codes and fp32 scales):
+# moves (uint8 codes and fp32 scales).
+#
+# **Predict:** the first row's largest |x| is 0.30, so its scale is 0.30 / 7 ≈ 0.043. Which
+# integer does its −0.12 become? And how many bytes does the 2 × 6 tensor cost in 4 bits, against
+# 12 × 4 = 48 in fp32?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# −3: −0.12 / 0.043 ≈ −2.8 rounds to −3. 14 bytes: 12 values × 4 bits = 6 bytes of codes, plus
+# one 4-byte scale per row for 2 rows. That is 0.29 of fp32, not 1/8: on rows this short the
+# scales cost more than the codes. The next cell prints the integers and the bytes.
+#
+# </details>
 
 # %%
 x = jnp.array([[0.30, -0.12, 0.05, 0.0, -0.28, 0.21],
@@ -182,6 +231,8 @@ u = np.asarray(q, np.int32) + 7  # 0..14: fits in 4 bits
 packed = (u[:, 0::2] | (u[:, 1::2] << 4)).astype(np.uint8)  # two codes a byte, low nibble first
 np.testing.assert_array_equal(payload["codes"], packed)
 np.testing.assert_allclose(wire.decode(payload, x.shape), x_hat, rtol=1e-6)
+print(f"predicted: −0.12 → −3 and 14 B against 48 B; measured: −0.12 → {int(q[0, 1])} and "
+      f"{wire.nbytes(x.shape)} B against {WireFormat(32).nbytes(x.shape)} B")
 assert WireFormat(32).nbytes(x.shape) == 12 * 4 and wire.nbytes(x.shape) == 12 // 2 + 2 * 4
 
 # %% [markdown]

@@ -346,9 +346,14 @@ assert gap(theta1, diloco) < 1e-6 and gap(theta1, library) < 1e-5
 # Now make learner 3 half again as slow. **Predict first:** lock-step DiLoCo would take 12 × 1.5
 # = 18 s for 12 rounds. When does the last learner step here?
 #
-# <details><summary>Answer</summary>About 48 / 3.67 ≈ 13 s (13.5 s below): the four learners do 3.67 steps a
-# second together and the run ends after M × steps = 48 of them; nobody waits for learner 3,
-# which simply takes fewer steps (its answers count less only from layer 3 on).</details>
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# About 48 / 3.67 ≈ 13 s: the four learners do 1 + 1 + 1 + 1/1.5 ≈ 3.67 steps a second
+# together and the run ends after M × steps = 48 of them; nobody waits for learner 3, which
+# simply takes fewer steps (its answers count less only from layer 3 on). The next cell prints
+# 13.5 s: the 48th step is learner 3's 9th, after learners 0–2's 13th at 13 s.
+#
+# </details>
 
 # %%
 slow = dataclasses.replace(sync, algorithm=D(**PLAIN),
@@ -356,7 +361,8 @@ slow = dataclasses.replace(sync, algorithm=D(**PLAIN),
 log = []
 theta1 = Layer1(slow, log).run()
 steps = [sum(1 for _, w, m, _ in log if w == "step" and m == k) for k in range(4)]
-print(f"last step at {max(t for t, w, *_ in log if w == 'step'):.2f} s; steps per learner "
+print(f"predicted: about 13 s; measured: last step at "
+      f"{max(t for t, w, *_ in log if w == 'step'):.2f} s; steps per learner "
       f"{steps}; against the reference's Core {gap(theta1, Core(slow).run()):.1e}")
 assert gap(theta1, Core(slow).run()) < 1e-6
 
@@ -412,10 +418,14 @@ class Layer2(Layer1):
 # is 1 s), H = 4, one fragment, τ = 2, K = 2, s = 0.5. The first ask comes after reference
 # step 4, at 4 s. **Predict:** when does the syncer close, and whose answers does it hold?
 #
-# <details><summary>Answer</summary>Learners 0–2 are at a boundary at 4 s and answer at once:
-# the quorum is there at 4 s. Slack = 2 · 1 − 0 − 0 = 2 s, so the window is 1 s. Learner 3
-# ends its 3rd step at 4.5 s and answers; learner 4 ends its 2nd only at 6 s. The syncer
-# closes at 5 s with learners 0–3.</details>
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# Learners 0–2 are at a boundary at 4 s and answer at once: the quorum is there at 4 s.
+# Slack = 2 · 1 − 0 − 0 = 2 s, so the window is 1 s. Learner 3 ends its 3rd step at 4.5 s and
+# answers; learner 4 ends its 2nd only at 6 s. The syncer closes at 5 s with learners 0–3. The
+# next cell prints the first close.
+#
+# </details>
 
 # %%
 case = dl.RunConfig(algorithm=D(inner_steps=4, fragments=1, overlap=2, quorum=2,
@@ -424,7 +434,8 @@ case = dl.RunConfig(algorithm=D(inner_steps=4, fragments=1, overlap=2, quorum=2,
 log = []
 theta2 = Layer2(case, log).run()
 first_close = next((t, who) for t, what, who, _ in log if what == "close")
-print("first close:", first_close, f"| against the reference's Quorum "
+print("predicted: (5.0, (0, 1, 2, 3)); measured first close:", first_close,
+      f"| against the reference's Quorum "
       f"{gap(theta2, Quorum(case).run()):.1e}")
 assert first_close == (5.0, (0, 1, 2, 3))
 assert gap(theta2, Quorum(case).run()) < 1e-6
@@ -466,9 +477,13 @@ class Layer3(Layer2):
 # Why RDA? **Predict:** eight learners take 8 steps from the same start, each on its own data.
 # Is the plain mean of their Δ_m longer or shorter than each Δ_m?
 #
-# <details><summary>Answer</summary>Shorter, whenever they disagree: by √((1 + (M−1)c)/M) at
-# mean cosine c (notebook 02, section 8). RDA keeps the average length, so the outer step keeps
-# its size as M grows.</details>
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# Shorter, whenever they disagree: by √((1 + (M−1)c)/M) at mean cosine c (notebook 02,
+# section 8). RDA keeps the average length, so the outer step keeps its size as M grows. The
+# next cell prints the three lengths.
+#
+# </details>
 
 # %%
 eight = setup(dl.RunConfig(**{**TINY, "workers": 8, "steps": 8}))
@@ -480,8 +495,9 @@ for m in range(8):
     deltas.append([b - x for b, x in zip(eight.init, params, strict=True)])
 length = lambda xs: float(np.sqrt(sum(np.sum(np.square(x)) for x in xs)))  # noqa: E731
 mean, rda = weighted_mean(deltas, [1.0] * 8), reference.common.rda(deltas, [1.0] * 8)
-print(f"each ‖Δ_m‖ ≈ {np.mean([length(d) for d in deltas]):.4f}; plain mean "
-      f"{length(mean):.4f}; RDA {length(rda):.4f}")
+print(f"predicted: the plain mean shorter, RDA as long; measured: each ‖Δ_m‖ ≈ "
+      f"{np.mean([length(d) for d in deltas]):.4f}; plain mean {length(mean):.4f}; "
+      f"RDA {length(rda):.4f}")
 np.testing.assert_allclose(length(rda), np.mean([length(d) for d in deltas]), rtol=1e-5)
 
 # %%
@@ -539,6 +555,20 @@ class Layer4(Layer3):
         self.start_step(t, m)
 
 
+# %% [markdown]
+# **Predict:** the run below is layer 3's (step times 1, 1, 1 and 1.5 s, H = 4, two fragments,
+# τ = 1, K = 2, RDA) with learner 1 down from 5.5 s to 9 s. Fragment 0 is asked at 6 s. When
+# does the syncer close that sync, and with whose answers?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# At 6 s, with learners 0, 2 and 3. The three learners that are up all end a step at 6 s
+# (learner 3 its 4th) and answer at once; the failed learner 1 is no longer awaited, so with
+# the quorum in and nobody up still awaited the syncer closes at once, without waiting out a
+# grace window, and nobody waits for learner 1. The next cell prints that close.
+#
+# </details>
+
 # %%
 failing = dataclasses.replace(weighted, steps=16,
                               cluster=dl.Cluster(step_time_s=(1, 1, 1, 1.5),
@@ -547,6 +577,9 @@ log = []
 theta4 = Layer4(failing, log).run()
 print("learner 1:", [(t, w) for t, w, m, _ in log if m == 1 and w in ("fail", "rejoin")],
       f"| against the reference's Failures {gap(theta4, Failures(failing).run()):.1e}")
+close_6 = next((t, who) for t, w, who, p in log if w == "close" and p == 0 and t >= 6.0)
+print("predicted: (6.0, (0, 2, 3)); measured: the sync asked at 6 s closes at", close_6)
+assert close_6 == (6.0, (0, 2, 3))
 assert gap(theta4, Failures(failing).run()) < 1e-6
 
 # %% [markdown]
@@ -610,6 +643,21 @@ class Layer5(Layer4):
 # (`dl.train`, which plans the clock on the host and replays it on 8 devices). With 4-bit
 # answers, a value within float rounding of a boundary between two 4-bit levels may round
 # either way in the library: a handful of values then differ by one level.
+#
+# **Predict:** fragment 0 is first asked at 2 s. Learners 0–2 are at a boundary and answer at
+# once; learner 3 is mid-step until 3 s. The link adds 0.3 s of latency and, by default, no
+# transfer time (`dl.Link`'s bandwidth is unlimited); t_ref = 1 s and s = 0.5 (`grace_safety`'s
+# default). When does the syncer close this sync, and when is the new Θ_0 published?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# It closes at 2.5 s and publishes at 2.8 s. The answers arrive at 2.3 s: the quorum. The reply
+# (the new Θ_0 to each learner) takes one latency, t_reply = 0.3 s, so the slack is
+# 1 · 1 − (2.3 − 2) − 0.3 = 0.4 s and the window 0.5 · 0.4 = 0.2 s: the syncer closes at 2.5 s
+# without learner 3, whose answer leaves only at 3 s, and the new Θ_0 has reached every learner
+# 0.3 s later. The next cell prints both.
+#
+# </details>
 
 # %%
 scenario = dl.RunConfig(algorithm=D(inner_steps=4, fragments=2, overlap=1, bits=4, quorum=2),
@@ -618,6 +666,9 @@ scenario = dl.RunConfig(algorithm=D(inner_steps=4, fragments=2, overlap=1, bits=
                                                    link=dl.Link(latency_s=0.3)))
 log = []
 theta5 = Layer5(scenario, log).run()
+p0 = {w: t for t, w, _, p in reversed(log) if p == 0 and w in ("close", "publish")}  # the first
+print(f"predicted: p0 closes at 2.5 s, published at 2.8 s; measured: closes at "
+      f"{p0['close']:.2f} s, published at {p0['publish']:.2f} s")
 library = jax.tree.leaves(dl.train(scenario, progress=False).params)
 diff = np.concatenate([np.abs(np.asarray(a) - np.asarray(b)).ravel()
                        for a, b in zip(library, theta5, strict=True)])
@@ -648,6 +699,18 @@ plots.save(dplots.timeline(log), "decoupled_timeline")
 # Change the cluster or the method and run the cell: your layer 5 against the library, and the
 # timeline of the run. Try K = 1 with no grace window (`grace_safety=0`), a 2-bit answer, a
 # learner down for good (`math.inf`), or a slow link (`dl.Link(gbit_per_s=1e-4)`).
+#
+# **Predict:** run your config once more with only `seed` changed: other initial parameters,
+# other batches. Does any event of the timeline move?
+#
+# <details><summary>Predict first, then open: the answer</summary>
+#
+# No: when anything happens depends on the clock, the link and the rules, never on the
+# parameters' values (even the bytes of a message depend only on the tensors' shapes). That is
+# what lets the library plan on the host. The second cell below reruns your config with
+# another seed and compares the two event logs.
+#
+# </details>
 
 # %%
 mine = dl.RunConfig(algorithm=D(inner_steps=4, fragments=2, overlap=1, bits=4, quorum=1,
@@ -660,6 +723,13 @@ theta = Layer5(mine, log).run()
 print(f"against dl.train: {gap(theta, jax.tree.leaves(dl.train(mine, progress=False).params)):.1e}"
       f"; merges hold {[len(who) for _, w, who, _ in log if w == 'close']} answers")
 dplots.timeline(log, title="Your run")
+
+# %%
+log_seed = []
+Layer5(dataclasses.replace(mine, seed=mine.seed + 1), log_seed).run()
+print(f"predicted: no event moves; measured: {len(log)} events, the same with seed "
+      f"{mine.seed + 1}: {log_seed == log}")
+assert log_seed == log
 
 # %% [markdown]
 # ## Takeaways

@@ -2,6 +2,7 @@
 cell whose location is a setting and whose failure is a sentence, not a pip traceback."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,63 @@ def test_every_notebook_opens_with_a_banner_and_ends_with_takeaways_and_question
         assert part in banner, (nb.name, part)
     assert "## Takeaways" in text, nb.name
     assert text.count("<details><summary>Answer</summary>") >= 2, nb.name
+
+
+# Predict first (issue 36): every section of 01–04 that introduces a mechanism asks the reader a
+# question before the code answers it, the answer folded in a `<details>` whose `<summary>`
+# starts with "Predict" (its Markdown set off by blank lines, so that it renders), and a code
+# cell of the same section prints "predicted: …" beside the measured number.
+PREDICT_FIRST = {"01_ddp.py": (2, 3, 4, 6, 7),
+                 "02_diloco.py": (1, 2, 4, 5, 6, 8),
+                 "03_streaming_diloco.py": (1, 2, 3, 4),
+                 "04_decoupled_diloco.py": (1, 2, 3, 4, 5, 6)}
+PREDICTION = re.compile(r"<details><summary>Predict[^<]*</summary>\n\n\S.*?\S\n\n</details>",
+                        re.S)
+
+
+def notebook_sections(source: str) -> dict[int, tuple[str, str]]:
+    """Section number -> (its Markdown, its code), from a jupytext percent source."""
+    sections, number = {}, None
+    for cell in re.split(r"^# %%", source, flags=re.M)[1:]:
+        header, _, body = cell.partition("\n")
+        if "[markdown]" in header:
+            text = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#")
+                             for line in body.splitlines())
+            heading = re.search(r"^## (\d+)\. ", text, re.M)
+            number = int(heading[1]) if heading else number
+            if re.search(r"^## (Takeaways|Check yourself|Exercises)", text, re.M):
+                number = None
+        if number is not None:
+            markdown, code = sections.get(number, ("", ""))
+            sections[number] = ((markdown + text, code) if "[markdown]" in header
+                                else (markdown, code + body))
+    return sections
+
+
+def missing_predictions(name: str, source: str) -> list[str]:
+    sections, missing = notebook_sections(source), []
+    for number in PREDICT_FIRST[name]:
+        markdown, code = sections.get(number, ("", ""))
+        opened = markdown.count("<summary>Predict")
+        if not opened or len(PREDICTION.findall(markdown)) != opened:
+            missing.append(f"{name} section {number}: no well-formed predict-first <details>")
+        elif "predicted" not in code:
+            missing.append(f"{name} section {number}: no code cell prints 'predicted'")
+    return missing
+
+
+@pytest.mark.parametrize("name", PREDICT_FIRST)
+def test_mechanism_sections_ask_to_predict_first(name):
+    assert missing_predictions(name, (ROOT / "notebooks" / name).read_text()) == []
+
+
+def test_the_predict_first_check_finds_a_planted_removal():
+    source = (ROOT / "notebooks" / "01_ddp.py").read_text()
+    start = source.index("<details><summary>Predict", source.index("## 3. "))
+    end = source.index("</details>", start) + len("</details>")
+    assert missing_predictions("01_ddp.py", source[:start] + source[end:]) == [
+        "01_ddp.py section 3: no well-formed predict-first <details>"]
+    squeezed = source.replace("<summary>Predict first, then open: the answer</summary>\n#\n",
+                              "<summary>Predict first, then open: the answer</summary>\n", 1)
+    assert missing_predictions("01_ddp.py", squeezed) == [
+        "01_ddp.py section 2: no well-formed predict-first <details>"]
