@@ -43,7 +43,7 @@ reproduce-scaling: $(STAMP)
 
 ## make test: the contributor's loop, at most 8 minutes on 2 idle cores once the venv exists:
 ## ruff, then one pytest session on 2 pytest-xdist workers of the notebooks FAST_NOTEBOOKS
-## under nbmake in quick mode and every unit test not marked `slow`, its 10 slowest printed, each
+## in quick mode (tests/notebooks_run.py keeps their executed copies for make book) and every unit test not marked `slow`, its 10 slowest printed, each
 ## part's summed seconds held to its budget in tests/durations.json (tests/budget.py names the
 ## tests that grew). make test-all adds the rest (docs/testing.md says what runs where).
 # The teaching notebooks of the fast lane: ONE list, the longest first (xdist deals them out
@@ -136,6 +136,7 @@ test-colab: $(COLAB_STAMP)
 	printf '[pytest]\naddopts = -ra\nmarkers =\n    slow: make test-rest runs them\n' \
 		> $(COLAB_VENV)/run/pytest.ini
 	cd $(COLAB_VENV)/run && ../bin/python -m pytest -q -p no:cacheprovider tests -m "not slow" \
+		--ignore=tests/test_book.py \
 		--deselect tests/test_packaging.py::test_environment_yml_matches_pyproject
 	# its own run cache: the notebooks must train under Colab's jax, not reload our runs; 07 and
 	# 08 (processes over links, Ray actors: a third of the time) run in make test-rest, on the same Ray

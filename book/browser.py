@@ -123,11 +123,14 @@ INTERACTIONS = {
     "notebooks/05_bandwidth.html": ("slider", "tooltip"),
     "notebooks/02_diloco.html": ("legend", "tooltip"),
 }
-MID_LINE = """(chart) => {  // the middle of the chart's first line, in page coordinates
-  const path = chart.querySelector("g.mark-line path");
-  if (!path) return null;
-  const p = path.getPointAtLength(path.getTotalLength() / 2), m = path.getScreenCTM();
-  return [p.x * m.a + p.y * m.c + m.e, p.x * m.b + p.y * m.d + m.f];
+ON_LINES = """(chart) => {  // points on the chart's first lines, in page coordinates
+  return [...chart.querySelectorAll("g.mark-line path")].slice(0, 4).flatMap(path => {
+    const m = path.getScreenCTM(), n = path.getTotalLength();
+    return [0.2, 0.35, 0.5, 0.65, 0.8].map(f => {
+      const p = path.getPointAtLength(n * f);
+      return [p.x * m.a + p.y * m.c + m.e, p.x * m.b + p.y * m.d + m.f];
+    });
+  });
 }"""
 
 
@@ -146,19 +149,17 @@ def responds(page, how: str) -> str | None:
             slider.first.evaluate("(el) => { el.value = el.min; "
                                   "el.dispatchEvent(new Event('input', {bubbles: true})); }")
         elif how == "legend":
-            entry = chart.locator("g.role-legend-symbol path, g.role-legend-label text")
+            entry = chart.locator("g.role-legend-label text")
             if not entry.count():
                 continue
-            entry.first.click()
+            entry.first.click(force=True, timeout=5000)
         elif how == "tooltip":
-            xy = chart.evaluate(MID_LINE)
-            if xy is None:
-                continue
-            page.mouse.move(*xy)
-            page.wait_for_timeout(400)
-            if page.locator("#vg-tooltip-element.visible").count():
-                page.mouse.move(0, 0)
-                return None
+            for xy in chart.evaluate(ON_LINES):  # a 1-pixel stroke: try a few points
+                page.mouse.move(*xy, steps=3)
+                page.wait_for_timeout(150)
+                if page.locator("#vg-tooltip-element.visible").count():
+                    page.mouse.move(0, 0)
+                    return None
             continue
         page.wait_for_timeout(400)
         if chart.inner_html() != before:

@@ -27,7 +27,11 @@ from . import execute, pages
 ROOT = execute.ROOT
 BUILD = ROOT / "build" / "book"
 # the longest first, so that two workers finish together
-ORDER = ["08", "01", "02", "07", "04", "03", "04b", "05", "06", "00", "09"]
+ORDER = ["01", "02", "04", "03", "04b", "05", "06", "00", "09"]
+# the notebooks that start processes of their own (07: jax.distributed, 08: a Ray cluster) run
+# after the others, one at a time: beside another notebook on 2 cores, Ray's node can time out
+# while it starts. (make test-rest runs them alone too, and the book then reuses those runs.)
+ALONE = ["07", "08"]
 
 
 def course() -> list[Path]:
@@ -48,6 +52,14 @@ def _rank(nb: Path) -> int:
     return ORDER.index(number) if number in ORDER else len(ORDER)
 
 
+def _report(nb: Path, result, k: int, total: int, start: float, done: dict) -> None:
+    try:
+        done[nb.name] = result()
+    except execute.NotebookError as error:  # the build stops, naming the cell
+        raise SystemExit(f"[book] {nb.name} failed:\n{error}") from None
+    print(f"[book] {k}/{total} {nb.name} ran ({time.time() - start:.0f} s so far)", flush=True)
+
+
 def run_all(notebooks: list[Path], workers: int = 2) -> dict[str, Path]:
     """Each notebook executed (or its cached copy for the inputs as they are now)."""
     done, todo = {}, []
@@ -61,19 +73,17 @@ def run_all(notebooks: list[Path], workers: int = 2) -> dict[str, Path]:
           f"({workers} at a time): {' '.join(nb.stem.split('_')[0] for nb in todo) or '-'}",
           flush=True)
     start = time.time()
+    alone = [nb for nb in todo if nb.name.split("_")[0] in ALONE]
     pool = ProcessPoolExecutor(max_workers=max(1, workers))
     try:
-        futures = {pool.submit(execute.execute, nb): nb for nb in sorted(todo, key=_rank)}
+        futures = {pool.submit(execute.execute, nb): nb
+                   for nb in sorted(set(todo) - set(alone), key=_rank)}
         for k, future in enumerate(as_completed(futures), 1):
-            nb = futures[future]
-            try:
-                done[nb.name] = future.result()
-            except execute.NotebookError as error:  # the build stops, naming the cell
-                raise SystemExit(f"[book] {nb.name} failed:\n{error}") from None
-            print(f"[book] {k}/{len(todo)} {nb.name} ran ({time.time() - start:.0f} s so far)",
-                  flush=True)
+            _report(futures[future], future.result, k, len(todo), start, done)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    for k, nb in enumerate(alone, len(todo) - len(alone) + 1):
+        _report(nb, lambda nb=nb: execute.execute(nb), k, len(todo), start, done)
     return {nb.name: done[nb.name] for nb in notebooks}
 
 

@@ -45,7 +45,8 @@ def key(notebook: str | Path) -> str:
     h = hashlib.sha256()
     notebook = Path(notebook).resolve()
     for path in [notebook, *_inputs()]:
-        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+        name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+        h.update(str(name).encode() + b"\0" + path.read_bytes() + b"\0")
     settings = {k: os.environ.get(k) for k in SETTINGS}
     h.update(json.dumps([sorted(settings.items()), platform.python_version(),
                          version("jax")]).encode())
@@ -78,7 +79,9 @@ def execute(notebook: str | Path, cache: Path = CACHE, timeout: int = 900,
     stamp = key(notebook)  # before running: what ran is what the key describes
     nb = nbformat.read(notebook, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(notebook.parent)}})
+                            resources={"metadata": {"path": str(notebook.parent)}},
+                            # the kernel's own log (a warning about TCP on localhost) is noise
+                            extra_arguments=["--IPKernelApp.log_level=ERROR"])
     try:
         client.execute()
     except CellExecutionError as error:

@@ -19,6 +19,7 @@ from pathlib import Path
 from diloco_lite.plots import CHART_MIME
 
 GITHUB = "https://github.com/diloco-lite/diloco_lite"
+BOOK = "https://diloco-lite.github.io/diloco_lite/"  # where .github/workflows/book.yml publishes
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")  # [text](target)
 ATTR = re.compile(r"""((?:src|href)=")([^"]+)(")""")  # <img src="...">, <a href="...">
 BADGE = re.compile(r"\[!\[([^\]]*)\]\((https?://[^)]*)\)\]\(([^)]*)\)")  # [![alt](img)](url)
@@ -57,6 +58,14 @@ class Site:
 
     def target(self, link: str, source: str, page: str) -> str:
         """`link`, written in repository file `source`, as seen from book page `page`."""
+        if link.startswith(BOOK):  # the README's "read" links: within the book, relative
+            target = link[len(BOOK):].partition("#")
+            book = target[0].removesuffix(".html") or "index"
+            for suffix in (".md", ".ipynb"):
+                if book + suffix in self.pages.values():
+                    return posixpath.relpath(book + suffix, posixpath.dirname(page) or ".") + \
+                        target[1] + target[2]
+            return link
         if re.match(r"^[a-z][a-z0-9+.-]*:", link) or link.startswith("#"):
             return link  # a URL (https:, mailto:) or an anchor on the same page
         path, hash_, anchor = link.partition("#")

@@ -180,6 +180,10 @@ print(f"predicted: 1.33× ‖Δ‖, then toward 7×; measured: the first move {m
 #
 # Five rounds of H = 8 inner steps. What is *kept* across a sync: each worker's AdamW state
 # (moments and step count); only the parameters restart from the new θ.
+#
+# The same loop, written once for every notebook and test, is the readable reference
+# [`diloco_lite/reference/diloco.py`](../diloco_lite/reference/diloco.py): plain JAX on one
+# device, the specification the fast library is tested equal to.
 
 # %%
 # Full fp32 matmuls: a GPU's TF32 or a TPU's bf16 passes would differ beyond the tolerance

@@ -250,7 +250,7 @@ print(f"fp32 {WireFormat(32).tree_nbytes(params):,} B, 4-bit {by_hand:,} B "
 # %% [markdown]
 # ## 5. Assembled: one training loop
 #
-# Here are the three pieces in one loop, as `diloco_lite.reference.streaming` writes it: plain
+# Here are the three pieces in one loop, as [`diloco_lite.reference.streaming`](../diloco_lite/reference/streaming.py) writes it: plain
 # JAX on one device, one worker at a time. Read it top to bottom: every worker takes a step
 # (`run.step`: the model's loss, its gradient, the AdamW update); after step t, each fragment
 # whose turn it is sends its 4-bit Δ_m, the mean goes through the outer Nesterov step of

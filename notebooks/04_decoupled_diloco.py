@@ -639,7 +639,7 @@ class Layer5(Layer4):
 # %% [markdown]
 # **The whole method.** A run to look at: learner 3 half again as slow, learner 1 down from
 # 6.5 s to 9.2 s, two fragments, τ = 1, K = 2, RDA, 4-bit answers, links with 0.3 s latency.
-# Layer 5 must equal the readable reference (`reference.decoupled`) and the fast library
+# Layer 5 must equal the readable reference ([`reference.decoupled`](../diloco_lite/reference/decoupled.py)) and the fast library
 # (`dl.train`, which plans the clock on the host and replays it on 8 devices). With 4-bit
 # answers, a value within float rounding of a boundary between two 4-bit levels may round
 # either way in the library: a handful of values then differ by one level.

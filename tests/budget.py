@@ -2,7 +2,7 @@
 
 With `--time-budget` it adds up each test's setup + call + teardown seconds (on the controller
 when pytest-xdist runs the tests) in two parts, `unit` (tests/) and `notebooks` (the notebooks
-under nbmake), and compares each part's sum with its `budget_s` in `tests/durations.json`. Over
+run as tests), and compares each part's sum with its `budget_s` in `tests/durations.json`. Over
 budget, the session fails with a message naming the tests and the files that grew the most
 against their committed baseline seconds (a test missing from the baseline counts as new: it
 grew from 0). Without the option it does nothing: `make test-rest`, the Colab lane and a

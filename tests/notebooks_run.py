@@ -5,14 +5,18 @@ runs without raising; the failure report is the failing cell and its traceback."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from book.execute import NotebookError, execute
+from book.execute import CACHE, NotebookError, execute
 
 
 def pytest_addoption(parser):
     parser.addoption("--notebook-timeout", type=int, default=900,
                      help="seconds a notebook's cell may run (default 900)")
+    parser.addoption("--notebook-cache", default=str(CACHE),
+                     help=f"where the executed copies go (default {CACHE})")
 
 
 def pytest_collect_file(file_path, parent):
@@ -28,7 +32,8 @@ class NotebookFile(pytest.File):
 
 class NotebookItem(pytest.Item):
     def runtest(self):
-        execute(self.path, timeout=self.config.getoption("notebook_timeout"), reuse=False)
+        execute(self.path, cache=Path(self.config.getoption("notebook_cache")),
+                timeout=self.config.getoption("notebook_timeout"), reuse=False)
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, NotebookError):

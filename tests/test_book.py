@@ -44,6 +44,9 @@ def site():
      f"{pages.GITHUB}/blob/main/data/README.md"),
     ("../notebooks/exercises/solutions/", "docs/notebooks.md", "docs/notebooks.md",
      f"{pages.GITHUB}/tree/main/notebooks/exercises/solutions"),
+    # the book's own address (the README's "read" links): relative, within the book
+    (f"{pages.BOOK}notebooks/01_ddp.html", "README.md", "index.md", "notebooks/01_ddp.ipynb"),
+    (pages.BOOK, "docs/design.md", "docs/design.md", "../index.md"),
     # URLs and same-page anchors as they are
     ("https://arxiv.org/abs/2311.08105", "README.md", "index.md",
      "https://arxiv.org/abs/2311.08105"),
@@ -155,6 +158,22 @@ def test_a_failing_cell_is_named(tree, tmp_path):
     with pytest.raises(execute.NotebookError, match=r"(?s)n\.ipynb.*b = a / 0.*ZeroDivision"):
         execute.execute(nb, tmp_path / "cache")
     assert not (tmp_path / "cache" / "n.ipynb").exists()
+
+
+def test_make_tests_notebook_runner_fails_a_failing_notebook_and_keeps_a_passing_one(tmp_path):
+    import subprocess
+    import sys
+
+    good = _notebook(tmp_path / "good.ipynb", "x = 1")
+    bad = _notebook(tmp_path / "bad.ipynb", "x = 1", "raise ValueError('planted')")
+    cache = tmp_path / "cache"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "tests.notebooks_run", "-p",
+         "no:cacheprovider", f"--notebook-cache={cache}", str(good), str(bad)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "1 failed, 1 passed" in run.stdout, run.stdout[-2000:]
+    assert "ValueError: planted" in run.stdout and "raise ValueError('planted')" in run.stdout
+    assert (cache / "good.ipynb").exists() and not (cache / "bad.ipynb").exists()
 
 
 def _fake_site(root: Path, pages_: dict[str, str]) -> Path:
