@@ -163,8 +163,8 @@ def loops_chart(result) -> alt.LayerChart:
     label = alt.Chart(closes).mark_text(align="right", dx=-10, fontSize=11).encode(
         x=x, y=y, text="label:N")
     first = float(closes.time_s.iloc[0])
-    gaps = pd.DataFrame({"mid": [first / 2], "y": [0], "text": [f"← H = {H} inner steps, no "
-                                                                 "communication →"]})
+    gaps = pd.DataFrame({"mid": [(first + 1) / 2], "y": [0.5],
+                         "text": [f"← H = {H} inner steps, alone →"]})
     between = alt.Chart(gaps).mark_text(fontSize=11, color="#444").encode(
         x=alt.X("mid:Q"), y=y, text="text:N")
     return alt.layer(band, ticks, delta, outer, label, between).properties(
