@@ -273,6 +273,31 @@ assert report["total"] == WireFormat(32).tree_nbytes(one_device)
 print(f"on a ring, per device: {report['total'] * 2 * (D - 1) / D:,.0f} bytes")
 
 # %% [markdown]
+# **The ring, step by step.** `plots.mechanisms.ring_allreduce` runs a ring all-reduce on
+# plain numpy arrays, N = 4 devices, chunk by chunk: in the **reduce-scatter** (N − 1 steps)
+# device d sends one chunk to device d + 1, which adds it to its own, so that each device ends
+# up with the whole sum of one chunk; in the **all-gather** (N − 1 more steps) the finished
+# chunks go round the ring once more and are kept as they are. Every device sends one chunk,
+# 1/N of the array, per step: $2(N-1)/N$ of the array in all. Asserted on the arrays, then
+# drawn: each device starts with $10^{3-d}$ in every value, so a cell's digits say whose
+# values it holds (`1111`: all four). Read it row by row: a device's chunks fill up (darker)
+# during the reduce-scatter, one outlined cell per step, and each finished chunk (`1111`)
+# reaches the other devices during the all-gather.
+
+# %%
+from diloco_lite import plots
+from diloco_lite.plots import mechanisms
+
+N = 4
+arrays = [np.arange(8.0) * 10.0**d for d in range(N)]  # device d's array, 8 values
+results, sends, _ = mechanisms.ring_allreduce(arrays)
+assert all(np.array_equal(r, sum(arrays)) for r in results)  # every device holds the sum
+per_device = sends.nbytes[sends.src == 0].sum()
+assert per_device == 2 * (N - 1) / N * arrays[0].nbytes  # 2(N-1)/N of the array: 96 of 64 B
+print(sends[sends.step <= 2].to_string(index=False))
+plots.save(mechanisms.ring_chart(devices=N), "mechanism_ring_allreduce")
+
+# %% [markdown]
 # And a program with no collective at all, like `per_device_sums`, compiles to **zero**
 # collective bytes: each device only touches its own block. DiLoCo (notebook 02), whose workers
 # train alone between two synchronizations, compiles its inner steps to exactly that.

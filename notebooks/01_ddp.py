@@ -349,6 +349,11 @@ assert report["by_kind"] == {"all-reduce": param_bytes + 4}
 assert library.final.comm_bytes == n_steps * M * param_bytes  # what §5's run booked
 
 # %% [markdown]
+# How a ring all-reduce moves those bytes, chunk by chunk (who sends which chunk to whom at
+# each step, and why each worker sends $2(M-1)/M$ of the payload): the picture in notebook 00,
+# section 7, `figures/mechanism_ring_allreduce.png`.
+
+# %% [markdown]
 # ## 8. Training
 #
 # `dl.train` runs the same step for every step of a run, with AdamW (warm-up, cosine decay),

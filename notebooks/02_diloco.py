@@ -208,6 +208,19 @@ print(f"θ by hand == θ from dl.train after {check_cfg.steps // H} rounds "
       f"(max logit difference {float(jnp.max(jnp.abs(logits_hand - logits_lib))):.1e})")
 
 # %% [markdown]
+# **The two loops on a timeline.** `library.plan` is what `dl.train` replayed: each worker's
+# step times on the simulated clock (one second per step here) and every sync event. Read it
+# left to right: the rows of grey ticks are the inner loop, the M workers stepping alone; each
+# red line is one pass of the outer loop, every H steps: the Δ_m leave, are averaged, the outer
+# Nesterov step moves θ, and every worker starts the next H steps from the new θ.
+
+# %%
+from diloco_lite.plots import mechanisms
+
+assert len(mechanisms.loops_table(library.plan)[1].query("kind == 'close'")) == check_cfg.steps // H
+plots.save(mechanisms.loops_chart(library), "mechanism_diloco_loops")
+
+# %% [markdown]
 # ## 4. Communication, read from the compiled program
 #
 # **Predict** before reading on: compiled for the devices, how many collectives do one

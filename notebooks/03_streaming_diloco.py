@@ -197,6 +197,22 @@ for alpha in (0.0, 0.5):
 print("predicted at α = 0.5: worker 0 [5.5, 11.0], apart by 2 (was 4)")
 
 # %% [markdown]
+# **The schedule, drawn.** From the library's one schedule (`clock.Schedule`, the one
+# `dl.train` and the readable reference use), for P = 4 fragments, H = 8, τ = 2, α = 0.5.
+# Read each row: a red dot when the fragment's Δ leaves, the line while it is in flight (the
+# workers keep training), the green square τ steps later when the new Θ_p is mixed in. Down a
+# column, at most one dot: the peak per step is one fragment.
+
+# %%
+from diloco_lite.plots import mechanisms
+
+shown = dl.StreamingDiLoCo(inner_steps=8, fragments=P, overlap=2, mix=0.5)
+table = mechanisms.schedule_table(shown, steps=2 * shown.inner_steps)
+assert list(table.sent[table.fragment == 0]) == [2, 10] and (table.arrives == table.sent + 2).all()
+plots.save(mechanisms.schedule_chart(shown, 2 * shown.inner_steps, [4 * v for v in totals]),
+           "mechanism_fragment_schedule")
+
+# %% [markdown]
 # ## 4. Quantization: 4 bits per value, plus a scale per row
 #
 # Symmetric absmax quantization: each row gets a scale s = max|x| / 7, each value is sent as the

@@ -441,6 +441,29 @@ assert first_close == (5.0, (0, 1, 2, 3))
 assert gap(theta2, Quorum(case).run()) < 1e-6
 
 # %% [markdown]
+# **The same sync, zoomed in.** The worked example run by the readable reference
+# (`reference.decoupled`, its event log), on links of 0.25 s latency (the finite link of
+# section 5), so that the answers take time to cross: the quorum is now at 4.25 s, the slack
+# 2 − 0.25 − 0.25 (the reply's trip back) = 1.5 s, the window 0.75 s, and the syncer still
+# closes at 5 s with learners 0–3. Read it top to bottom and left to right: the ask (dashed),
+# the answers sent at each learner's next step boundary and arriving 0.25 s later (slanted),
+# the quorum and the grace window on the syncer's lane, the close and merge, the new Θ_p
+# crossing back, and each learner applying it τ = 2 of its own steps after the ask (learner 3
+# later: its steps are slower). Learner 4 is mid-step until 6 s: it does not answer this sync.
+
+# %%
+from diloco_lite.plots import mechanisms_events
+
+linked = dataclasses.replace(case, cluster=dl.Cluster(step_time_s=(1, 1, 1, 1.5, 3),
+                                                      link=dl.Link(latency_s=0.25)))
+events = []
+reference.decoupled(linked, log=events)
+one = mechanisms_events.sync_table(events, linked)
+assert (one["close"], one["merged"]) == (5.0, (0, 1, 2, 3))
+assert (one["answers"].arrived == one["answers"].sent + 0.25).all()
+plots.save(mechanisms_events.sync_chart(events, linked), "mechanism_decoupled_sync")
+
+# %% [markdown]
 # ## 3. Layer 3: token weights and Radial-Directional Averaging
 #
 # The answers of one sync are not worth the same: a slow learner's Δ holds fewer steps.

@@ -207,6 +207,22 @@ save(gplots.timeline_chart(report.timeline_table(chaos, learners=8, hours=1.0)),
      "goodput_timeline")
 
 # %% [markdown]
+# ### What one failure costs each method
+#
+# Zoom in on four minutes: the failures the simulator draws for 8 learners (same seed), each
+# lane 1/8 of the chips, and the same failures met by each method with its own timings. Read
+# a failure (×) down the three panels: data-parallel stops every lane, detects, reschedules,
+# reloads and redoes the work since its checkpoint (orange); elastic data-parallel stalls every
+# lane for a shorter reconfiguration and goes on without the failed replica (the dark strip);
+# Decoupled DiLoCo stops only the failed learner, which loses its work since its last sync.
+
+# %%
+from diloco_lite.plots import mechanisms_events
+
+save(mechanisms_events.failure_chart(chaos, learners=8, minutes=4.0, seed=0),
+     "mechanism_failures")
+
+# %% [markdown]
 # ### Goodput vs cluster size
 #
 # Lines are simulated means with their 95% band; the dashed closed forms lie on top of them.
