@@ -82,10 +82,17 @@ def execute(notebook: str | Path, cache: Path = CACHE, timeout: int = 900,
                             resources={"metadata": {"path": str(notebook.parent)}},
                             # the kernel's own log (a warning about TCP on localhost) is noise
                             extra_arguments=["--IPKernelApp.log_level=ERROR"])
+    saved = os.environ.get("DILOCO_LITE_PROGRESS")
+    os.environ["DILOCO_LITE_PROGRESS"] = "0"  # the kernel inherits it: no progress bars
     try:
         client.execute()
     except CellExecutionError as error:
         raise NotebookError(f"{notebook.name}: {ANSI.sub('', str(error))}") from None
+    finally:
+        if saved is None:
+            os.environ.pop("DILOCO_LITE_PROGRESS", None)
+        else:
+            os.environ["DILOCO_LITE_PROGRESS"] = saved
     nb.metadata["diloco_lite_key"] = stamp
     cache.mkdir(parents=True, exist_ok=True)
     out = cache / f"{notebook.stem}.ipynb"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import time
 from typing import Any
 
@@ -321,8 +322,12 @@ def _history(rows: list[dict], losses: list[tuple], plan) -> pd.DataFrame:
 
 
 def _progress(config: RunConfig, enabled: bool):
+    """A progress bar over the run's steps; none when not `enabled` or when
+    DILOCO_LITE_PROGRESS=0 (the book's executed notebooks: a bar frozen on the page says
+    nothing, and without ipywidgets tqdm warns on every one)."""
     from tqdm.auto import tqdm
 
+    enabled = enabled and os.environ.get("DILOCO_LITE_PROGRESS", "1") != "0"
     bar = "{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}{postfix}]"
     return tqdm(total=config.steps, desc=run_label(config), disable=not enabled, unit="step",
                 leave=True, bar_format=bar)
