@@ -3,9 +3,9 @@ write here, and the book reads from here, so a notebook runs once per change, no
 
 The key is a hash of every input a notebook's outputs depend on: the notebook itself, every file
 of the `diloco_lite` package, the committed results 09 reads (`figures/*.json`, `figures/*.csv`),
-the settings that change what a notebook shows (SETTINGS), and the Python and JAX versions.
-Change any of them and the cached copy no longer matches: a cached output never outlives the
-code that produced it. (jupyter-cache, myst-nb's own cache, keys on the notebook's code cells
+this file (how they are run), the settings that change what a notebook shows (SETTINGS), and the
+Python and JAX versions. Change any of them and the cached copy no longer matches: a cached
+output never outlives the code that produced it. (jupyter-cache, myst-nb's own cache, keys on the notebook's code cells
 only, so a change in the library would leave a stale page.)
 """
 
@@ -37,7 +37,7 @@ def _inputs() -> list[Path]:
     package = [p for p in sorted((ROOT / "diloco_lite").rglob("*"))
                if p.is_file() and "__pycache__" not in p.parts]
     results = sorted(p for ext in ("json", "csv") for p in (ROOT / "figures").glob(f"*.{ext}"))
-    return package + results
+    return package + results + [Path(__file__)]  # and how it runs them (this file)
 
 
 def key(notebook: str | Path) -> str:
