@@ -5,8 +5,8 @@ The key is a hash of every input a notebook's outputs depend on: the notebook it
 of the `diloco_lite` package, the committed results 09 reads (`figures/*.json`, `figures/*.csv`),
 this file (how they are run), the settings that change what a notebook shows (SETTINGS), and the
 Python and JAX versions. Change any of them and the cached copy no longer matches: a cached
-output never outlives the code that produced it. (jupyter-cache, myst-nb's own cache, keys on the notebook's code cells
-only, so a change in the library would leave a stale page.)
+output never outlives the code that produced it. (jupyter-cache, myst-nb's own cache, keys on
+the notebook's code cells only, so a change in the library would leave a stale page.)
 """
 
 from __future__ import annotations
