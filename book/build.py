@@ -13,7 +13,6 @@ interactive: book/pages.py), and run Sphinx (book/conf.py).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -151,11 +150,9 @@ def main(argv=None) -> int:
     executed = run_all(course(), args.workers)
     stage(executed, BUILD / "src")
     sphinx(BUILD / "src", args.out)
-    manifest = {"pages": sorted(str(p.relative_to(args.out)) for p in args.out.rglob("*.html")),
-                "quick": not args.full, "seconds": round(time.time() - start)}
-    (args.out / "book.json").write_text(json.dumps(manifest, indent=1))
-    print(f"[book] {len(manifest['pages'])} pages in {args.out} "
-          f"({manifest['seconds']} s); open {args.out / 'index.html'}")
+    count = sum(1 for _ in args.out.rglob("*.html"))
+    print(f"[book] {count} pages in {args.out} ({time.time() - start:.0f} s); "
+          f"open {args.out / 'index.html'}")
     return 0
 
 
