@@ -77,7 +77,8 @@ test-durations:
 ## make test-rest: what make test leaves out, so that test-all = test + test-rest (CI runs
 ## the two lanes apart): the unit tests marked `slow` (processes, Ray clusters, the testbed,
 ## the exercise notebooks executed, the reference against the library, the real-time syncer)
-## and REST_NOTEBOOKS (07: processes over links; 08: Ray actors) in quick mode.
+## and REST_NOTEBOOKS (07: processes over links; 08: Ray actors; 04b) in quick mode, then
+## make book-test (the book from the notebooks both lanes ran, each page in headless Chromium).
 test-rest: $(BOOK_STAMP) chromium
 	$(PY) -m pytest -q --durations=10 -m slow tests
 	DILOCO_LITE_QUICK=1 $(PY) -m pytest -q --durations=0 $(NOTEBOOK_RUN) $(REST_NOTEBOOKS)
