@@ -120,6 +120,7 @@ def stage(executed: dict[str, Path], src: Path) -> None:
     shutil.copy2(ROOT / "book" / "conf.py", src / "conf.py")  # its paths are the staged tree's
     (src / "_static").mkdir(exist_ok=True)
     (src / "_static" / "vega-bundle.js").write_text(pages.vega_bundle())
+    shutil.copy2(ROOT / "book" / "book.css", src / "_static" / "book.css")
 
 
 def sphinx(src: Path, out: Path) -> None:

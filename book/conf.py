@@ -34,5 +34,5 @@ html_context = {"default_mode": "light"}  # none: the theme logs "invalid theme 
 html_static_path = ["_static"]
 html_extra_path = ["_extra"]
 html_js_files = ["vega-bundle.js"]
-html_css_files = []
+html_css_files = ["book.css"]
 html_show_sourcelink = False
