@@ -96,8 +96,7 @@ def stage(executed: dict[str, Path], src: Path) -> None:
     (src / "reference").mkdir()
     site = pages.Site(ROOT)
     site.write_markdown(ROOT / "README.md", src / "index.md",
-                        extra=pages.toctree(executed, exercises(), pages.docs(ROOT),
-                                            pages.reference_modules(ROOT)))
+                        extra=pages.toctree(executed, pages.docs(ROOT)))
     site.write_markdown(ROOT / "notebooks" / "README.md", src / "notebooks" / "README.md")
     for doc in pages.docs(ROOT):
         site.write_markdown(doc, src / "docs" / doc.name)

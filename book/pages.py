@@ -138,8 +138,8 @@ window.dlChart = function (name) {
     return "(() => {\n" + vl_convert.javascript_bundle() + "\n})();\n" + draw
 
 
-def toctree(executed: dict, exercises: list[Path], doc_pages: list[Path],
-            modules: list[Path]) -> str:
+def toctree(executed: dict, doc_pages: list[Path]) -> str:
+    """The site's navigation: the course, the exercises, the docs, the reference."""
     def tree(caption, entries):
         return ("\n```{toctree}\n:hidden:\n:caption: " + caption + "\n\n"
                 + "\n".join(entries) + "\n```\n")
