@@ -94,7 +94,7 @@ def stage(executed: dict[str, Path], src: Path) -> None:
     (src / "exercises").mkdir()
     (src / "docs").mkdir()
     (src / "reference").mkdir()
-    site = pages.Site(ROOT)
+    site = pages.Site(ROOT, src)
     site.write_markdown(ROOT / "README.md", src / "index.md",
                         extra=pages.toctree(executed, pages.docs(ROOT)))
     site.write_markdown(ROOT / "notebooks" / "README.md", src / "notebooks" / "README.md")

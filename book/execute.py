@@ -53,11 +53,12 @@ def key(notebook: str | Path) -> str:
     return h.hexdigest()[:20]
 
 
-def cached(notebook: str | Path, cache: Path = CACHE) -> Path | None:
-    """The executed copy of `notebook` for the inputs as they are now, or None."""
+def cached(notebook: str | Path, cache: Path = CACHE, stamp: str | None = None) -> Path | None:
+    """The executed copy of `notebook` for the inputs as they are now (their key: `stamp`,
+    computed when not given), or None."""
     path = cache / f"{Path(notebook).stem}.ipynb"
     if path.exists() and json.loads(path.read_text())["metadata"].get(
-            "diloco_lite_key") == key(notebook):
+            "diloco_lite_key") == (stamp or key(notebook)):
         return path
     return None
 
@@ -73,10 +74,10 @@ def execute(notebook: str | Path, cache: Path = CACHE, timeout: int = 900,
     from nbclient.exceptions import CellExecutionError
 
     notebook = Path(notebook).resolve()
-    hit = cached(notebook, cache) if reuse else None
+    stamp = key(notebook)  # before running: what ran is what the key describes
+    hit = cached(notebook, cache, stamp) if reuse else None
     if hit is not None:
         return hit
-    stamp = key(notebook)  # before running: what ran is what the key describes
     nb = nbformat.read(notebook, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(notebook.parent)}},

@@ -38,8 +38,8 @@ def reference_modules(root: Path) -> list[Path]:
 class Site:
     """Where each repository file lives in the book, and the rewriting of links to it."""
 
-    def __init__(self, root: Path):
-        self.root = root
+    def __init__(self, root: Path, src: Path):
+        self.root, self.src = root, src  # the repository, the staged book (build.stage)
         pages = {"README.md": "index.md", "notebooks/README.md": "notebooks/README.md",
                  "figures/results.md": "results.md",
                  "notebooks/exercises": "exercises/index.md",
@@ -89,13 +89,13 @@ class Site:
 
     def write_markdown(self, path: Path, out: Path, extra: str = "") -> None:
         source = str(path.relative_to(self.root))
-        page = str(out).split("/src/", 1)[1]
+        page = out.relative_to(self.src).as_posix()
         out.write_text(self.markdown(path.read_text(), source, page) + extra)
 
     def write_notebook(self, path: Path, out: Path, repo_path: Path) -> None:
         nb = json.loads(path.read_text())
         source = str(repo_path.relative_to(self.root))
-        page = str(out).split("/src/", 1)[1]
+        page = out.relative_to(self.src).as_posix()
         for cell in nb["cells"]:
             if cell["cell_type"] == "markdown":
                 text = "".join(cell["source"])
