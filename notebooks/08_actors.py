@@ -21,14 +21,14 @@
 # > - **You will learn** to run Decoupled DiLoCo on real processes (Ray actors: one per learner,
 # > one for the syncer), to check that in the synchronous limit they give the simulated run's
 # > parameters, to kill a learner for real and read the run on a timeline beside the simulated
-# > clock's, to compute its goodput by hand, to replay what happened on one device, and to read
-# > the measured speed-up over DDP across slow links (the seeds' "20×").
+# > clock's, to compute its goodput by hand, and to replay what happened on one device. (The
+# > same runtime measured against DDP over throttled links, the seeds' "20×", is read in the
+# > reproduction report: [notebook 09, section 6](09_reproduction_report.ipynb).)
 # > - **You need** notebook 04 (learners, the syncer, the quorum K, the grace window, token
 # > weights, RDA, τ; the simulated clock and its `Cluster`; goodput, section 5).
 # > - **Time:** quick ≈ 1 min; full ≈ 1.5 min.
-# > - **Quick or full:** quick mode trains smaller runs through the same code. It is on in Colab
-# > and CI; elsewhere run `%env DILOCO_LITE_QUICK=1` before the first cell (`=0` for full on
-# > Colab).
+# > - **Quick or full:** quick (smaller runs, same code) is on in Colab and CI; elsewhere run
+# > `%env DILOCO_LITE_QUICK=1` before the first cell (`=0`: full on Colab).
 # > - **Ray** is needed: the `cluster` extra (`pip install "diloco_lite[cluster]"`); on Colab the
 # > notebook installs it.
 #
@@ -47,25 +47,15 @@
 # | a failure | the clock skips the learner | Ray kills its process (`ray.kill`) and starts a new one |
 # | who decides | `SyncerState` | the same `SyncerState` |
 #
-# A learner never waits for a merge, and at most **step boundaries** it does not talk to the
-# syncer at all: it runs the learner's rules itself (`clock.learner_side.LearnerSide`, the
-# very copy the simulated clock runs) on what the syncer has told it **ahead of time**: when
-# each ask comes (a time on the reference clock), and, at each close, a *publish notice*
-# (when the merge counts from, whether its own answer is in it, when the next ask comes),
-# then the merged fragment's bytes once computed, and where to *stop*. From those it knows at
-# each boundary whether to *answer* (send Δ of a fragment) and whether to *apply* a published
-# fragment. It tells the syncer what it did with its answers (a report), and *uploads its
-# optimizer state* when a learner coming back needs it.
-#
-# One case needs a word from the syncer: a notice can arrive after the time it counts from
-# (a close a few milliseconds before the learner's boundary; the syncer handles its events
-# `hold_s` after their time, and a message takes time). So at a boundary where such a notice
-# could change what it does (a fragment asked by then whose publish it has not heard, and it
-# would answer or apply there), the learner asks "anything up to time T?" and waits for the
-# syncer to have handled every event up to T. Its decisions then never depend on how long a
-# message took. The syncer's decisions (the quorum K, the grace window, the token weights,
-# what a failure drops, the end-of-run flush) are taken by the one state machine both clocks
-# share, `clock.syncer_state.SyncerState`; only the source of the events differs.
+# **The messages.** A learner never waits for a merge. It runs the learner's rules itself (the
+# copy the simulated clock runs) on what the syncer told it **ahead of time**: when each ask
+# comes and, at each close, a *publish notice* (when the merge counts from, whether its answer
+# is in it), then the merged bytes. So at each step boundary it knows whether to *answer* (send
+# Δ of a fragment) and whether to *apply* a published one; only where a notice not heard yet
+# could change that does it ask "anything up to time T?", so no decision depends on how long a
+# message took. It reports what it did, and *uploads its optimizer state* for a learner coming
+# back. The syncer's decisions (K, the grace window, token weights, what a failure drops, the
+# final flush) come from the one state machine both clocks share, `SyncerState`.
 
 # %%
 # Where Colab installs diloco_lite from: this project's repository, your fork
@@ -101,7 +91,6 @@ dl.emulate_devices(8)  # first, before any other JAX work (the actors set up the
 # %%
 import dataclasses
 import math
-import os
 
 import jax
 import numpy as np
@@ -109,11 +98,8 @@ import pandas as pd
 from IPython.display import display
 
 from diloco_lite.actors import train_actors
-from diloco_lite.actors.versus import ratio as wire_ratio
-from diloco_lite import paths
 from diloco_lite.plots import actors as aplots
 from diloco_lite.plots import save
-from diloco_lite.plots import versus as vplots
 
 dl.enable_compilation_cache()  # each learner's process compiles its programs once, to disk
 QUICK = dl.quick_mode()  # DILOCO_LITE_QUICK=1: fewer steps and a smaller model, same code
@@ -132,26 +118,19 @@ def largest_gap(a, b) -> float:
 
 
 # %% [markdown]
-# Starting a run costs several seconds before the first step: Ray starts, then each learner's
-# process imports JAX, builds the model and compiles its step (from the on-disk cache after the
-# first time). The learners' steps are small here (milliseconds of compute on this model), so
-# each one waits out most of its step time: the `Cluster` sets the pace on both clocks.
+# A run costs seconds before its first step: Ray starts, each learner's process imports JAX,
+# builds the model and compiles (from the on-disk cache after the first time). A step computes
+# for milliseconds on this model, then waits out the rest: the `Cluster` sets the pace.
 #
 # ## 1. The synchronous limit: real processes, the simulated run's parameters
 #
 # Take every learner equally fast, no failure, a quorum of everyone (K = M), no grace window
 # and 32-bit answers. Then the syncer's every decision is forced: it asks for fragment p, all M
 # learners answer at the same step, it merges once all are in, and each learner applies the
-# result τ = 1 step later. Timing cannot change anything, so the actors, with their real
-# processes, real messages and real waits, must give the simulated run's parameters, up to
-# float rounding (the merge sums in another program).
-#
-# "Forced" has one condition on real machines: a learner's step boundary must not land a whole
-# step late (after a hiccup of the shared machine, or a first call that compiles), or it would
-# answer or apply at another step than on the simulated clock. Here steps take 0.5 s, which
-# leaves room.
-#
-# By hand first: every learner does its steps at 0.5 s each and nobody waits, so the run lasts
+# result τ = 1 step later. Timing cannot change anything, so the actors must give the
+# simulated run's parameters, up to float rounding (the merge sums in another program), as
+# long as no step boundary lands a whole step late (a hiccup of the shared machine, a first
+# call that compiles): steps of 0.5 s leave room. By hand: nobody waits, so the run lasts
 # steps × 0.5 s.
 
 # %%
@@ -183,16 +162,14 @@ display(pd.DataFrame({"on actors": real.final[columns], "simulated clock": sim.f
 # (safety 0.5), and learner 1 **killed** 1.1 s into the run (in the middle of its sixth step),
 # down until 4.05 s: `Cluster(failures=((1, 1.1, 4.05),))`.
 #
-# - On the **simulated clock** learner 1 simply stops at 1.1 s; the syncer knows at once, and
-#   the learner is back at 4.05 s, where it reloads Θ and a healthy peer's inner optimizer
-#   state.
-# - On **actors**, at 1.1 s the driver kills learner 1's process through Ray (`ray.kill`).
-#   The syncer does not know: it keeps asking, waits out its grace window for an answer that
-#   will never come, and merges the others'. Ray notices the death a little later and says so; the syncer then
-#   leaves learner 1 out of every quorum, and Ray starts a new process. That process waits
-#   until 4.05 s *if it is ready by then*, and rejoins.
+# - On the **simulated clock** learner 1 stops at 1.1 s, the syncer knows at once, and the
+#   learner is back at 4.05 s with Θ and a healthy peer's inner optimizer state.
+# - On **actors** the driver kills learner 1's process (`ray.kill`). The syncer does not know:
+#   it waits out its grace window for an answer that will never come, and merges the others'.
+#   Ray notices the death a little later; the syncer then leaves learner 1 out of every quorum,
+#   and Ray starts a new process, which rejoins at 4.05 s *if it is ready by then*.
 #
-# The syncer carries on meanwhile: the other learners never stop.
+# The other learners never stop.
 
 # %%
 DOWN_AT, BACK_AT = 1.1, 4.05
@@ -210,12 +187,10 @@ display(log[log.event.isin(["fail", "rejoin"])])
 # (When Ray prints that a worker "died or was killed while executing a task", that is our
 # kill.)
 #
-# `result.log` is the syncer's diary: `ask` (it asks for a fragment), `answer` (a learner's Δ
-# left), `close` (it decided to merge), `merge` (the merged fragment is published), `apply` (a
-# learner took it), `fail` (it learned of a death), `rejoin`. The simulated run has no log, but
-# its plan (`result.plan`: the events the device replays) holds the same story: a send is an
-# answer, a close a merge, an arrival an apply, a reload a rejoin. `plots.actors` turns both
-# into one table of events, and draws them on one time axis:
+# `result.log` is the syncer's diary: `ask`, `answer` (a learner's Δ left), `close` (it decided
+# to merge), `merge` (published), `apply` (a learner took it), `fail` (it learned of a death),
+# `rejoin`. The simulated run's plan (`result.plan`: the events the device replays) tells the
+# same story (a send, a close, an arrival, a reload). `plots.actors` draws both on one axis:
 
 # %%
 real_events = aplots.events_frame(killed.log, kill_cfg)
@@ -229,12 +204,10 @@ save(aplots.timeline_chart(real_events, sim_events), "actors_timeline")
 # the learners answer at their next step boundary (blue), the syncer publishes the merge (red)
 # and each learner applies it one step later (green). Learner 1's shaded bar is its time down.
 # On the simulated clock it lasts exactly the window; on actors it starts with the kill (black
-# cross), the syncer hears of it later (orange; on the simulated clock, at the same instant),
-# and the bar ends when the new process is ready, which can be well after the window's end.
-# While nobody has told the syncer, its merges come later: it waits out the grace window for
-# learner 1's answer. If a learner's blue dots thin out on the actors' panel while its green
-# squares go on (it happens when the machine is busy), it still applies every merge but its
-# answers miss them: section 4 says why.
+# cross), the syncer hears of it later (orange), and the bar ends when the new process is
+# ready, possibly well after the window. Until the syncer hears, its merges come later (it
+# waits out the grace window). A learner whose blue dots thin out while its green squares go
+# on (a busy machine) applies every merge but its answers miss them: section 4 says why.
 #
 # ## 3. By hand: what the kill cost
 #
@@ -244,12 +217,10 @@ save(aplots.timeline_chart(real_events, sim_events), "actors_timeline")
 #
 # $$ T \approx \frac{M \cdot \text{STEPS} \cdot t + D}{M}, $$
 #
-# within a step (at the end, the other learners are in the middle of one). Goodput is the share
-# of the capacity the machines offered that became committed training progress
-# (docs/algorithms.md §5), here counted in learner-steps: the learner-steps whose work reached
-# the global model (`useful_steps`) over the learner-steps the machines could have done at full
-# speed in that time, failed learner included (notebook 04, section 5; notebook 06 counts the
-# same share in chip-seconds):
+# within a step. Goodput is the share of the capacity the machines offered that became
+# committed training progress (docs/algorithms.md §5), here in learner-steps: those whose work
+# reached the global model (`useful_steps`) over those the machines could have done in that
+# time, failed learner included (notebook 04, section 5):
 #
 # $$ \text{goodput} = \frac{\text{useful steps}}{M \cdot T / t}, \qquad
 #    \text{useful} + \text{lost} = M \cdot \text{STEPS}. $$
@@ -280,11 +251,9 @@ print(f"learner 1 was down {D_real:.2f} s on actors and {D_sim:.2f} s on the sim
 
 # %% [markdown]
 # Both runs did the same M × STEPS learner-steps; learner 1 did fewer of them and the others
-# more. On actors learner 1 is down until its new process is ready, which on this machine is
-# after the window's end (section 4 says why): the longer it is down, the longer the run and
-# the lower its goodput (section 4's late boundaries can lower it further). On actors, T also
-# gathers the milliseconds by which step boundaries land late, so its hand estimate is only
-# close.
+# more. On actors it is down until its new process is ready (section 4): the longer it is
+# down, the longer the run and the lower its goodput. T on actors also gathers the
+# milliseconds by which step boundaries land late, so its hand estimate is only close.
 #
 # **What happened, replayed, gives the same model.** `killed.plan` records every event of the
 # real run (who answered which fragment at which of its own steps, every merge's weights, who
@@ -311,167 +280,43 @@ assert math.isclose(replay.final.useful_steps, killed.final.useful_steps)
 # %%
 fail_t = log[log.event == "fail"].time_s.min()
 rejoin_t = log[log.event == "rejoin"].time_s.min()  # NaN if it never came back in time
-merge_s = []  # (decided, published): a fragment has one version in flight, so the next merge
-for c in log[log.event == "close"].itertuples():
-    after = log[(log.event == "merge") & (log.fragment == c.fragment) & (log.time_s >= c.time_s)]
-    merge_s.append((c.time_s, after.time_s.min()))
-merge_ms = 1e3 * np.array([b - a for a, b in merge_s])
-evals = killed.history.sim_time_s.to_numpy()
-# rows written at an instant whose answers closed a merge just after (within half a step):
-# the simulated clock would have published that merge before writing the row
-early = sum(any(e <= a < e + STEP_S / 2 for a, _ in merge_s) for e in evals)
+merge_ms = 1e3 * np.array([  # a fragment has one version in flight: its next merge is this one
+    log[(log.event == "merge") & (log.fragment == c.fragment) & (log.time_s >= c.time_s)]
+    .time_s.min() - c.time_s for c in log[log.event == "close"].itertuples()])
+late = max(0.0, *(t[-1] - len(t) * STEP_S  # learner 1 left out: its clock restarted
+                  for m, t in enumerate(killed.plan.step_time) if m != 1))
 print(f"Ray's failure detection: killed at {DOWN_AT} s, the syncer knew at {fail_t:.2f} s "
       f"({fail_t - DOWN_AT:.2f} s later)")
 print(f"the restart: the window ended at {BACK_AT} s; the new process rejoined at "
       f"{rejoin_t:.2f} s ({rejoin_t - fail_t:.2f} s after the death was known)")
 print(f"a merge, close to publish: median {np.median(merge_ms):.1f} ms, "
       f"max {merge_ms.max():.1f} ms, over {len(merge_ms)} merges")
-print(f"evaluation rows written before a merge of their own instant: {early} of {len(evals)}")
+print(f"the latest healthy learner's last step ended {late:.2f} s behind its {STEP_S} s grid")
 
 # %% [markdown]
-# - **Failure detection.** Nothing tells the syncer that a process died but Ray, and Ray learns
-#   it when the actor's connection breaks and its worker is reported dead (the delay printed
-#   above). Until then the syncer counts learner 1 in: each sync waits its full grace window for
-#   an answer that cannot come (the simulated syncer knew at once, and closed as soon as the
-#   others had answered).
-# - **The restart.** The new process is Python, then JAX, then the model, then the learner's
-#   programs from the compilation cache on disk: seconds, on a shared 2-core machine more. The
-#   learner is back at the *later* of the window's end and that moment, then waits for a
-#   healthy peer's next step boundary to get its optimizer state. A real cluster pays the same
-#   costs, bigger: a new machine, a container, a model of billions of parameters to load.
-# - **Merges take real time.** Decoding M answers, merging them (RDA) and taking the outer step
-#   is milliseconds on the syncer's CPU (more when the machine is busy), while the learners go
-#   on. On the simulated clock a merge is instantaneous: the answers of an instant are merged
-#   and published before the evaluation row of that instant is written. On actors the row is
-#   written at the step boundary that completes its steps, before the answers of that instant
-#   are all in, so it evaluates Θ without their merge. The replay follows the recorded order
-#   (the plan holds it), which is why it still agrees.
-#
-# **Late boundaries.** A step (plus a wait for the syncer's word) sometimes outlasts its 0.2 s (the
-# processes share two cores here; a learner's first call of a kind may compile), and all of
-# that learner's later boundaries shift: learners drift out of phase. An ask then no longer
-# finds them at the same instant. With K = 2 the first two answers start the grace window,
-# which is short here (τ = 1: the result is due one step after the ask), and a learner whose
-# boundary comes after it has closed is not in that merge: its work is overwritten when the
-# result arrives. Per learner, how late its last step ended and how many of its answers were
-# merged:
-
-# %%
-def merged(plan, m):
-    """How many merges (outer steps, not the end-of-run flush) took learner m's answer."""
-    return sum(int(e.weights[m] > 0) for b in plan.blocks for e in b.events
-               if e.kind == "close" and not e.flush)
-
-
-per_learner = pd.DataFrame({
-    "late by (s), actors": [max(0.0, round(t[-1] - len(t) * STEP_S, 3)) if m != 1 else np.nan
-                            for m, t in enumerate(killed.plan.step_time)],
-    "answers merged, actors": [merged(killed.plan, m) for m in range(M)],
-    "answers merged, simulated": [merged(planned.plan, m) for m in range(M)],
-}).rename_axis("learner")
-display(per_learner)
-
-# %% [markdown]
-# (Learner 1's lateness is left out: its clock restarted at its rejoin.) On the simulated
-# clock every learner is on the same 0.2 s grid, so all of them make nearly every merge; on
-# actors a learner that trails the others by more than the grace window can miss every sync
-# for the rest of the run, and the run's goodput drops with it. A longer τ or a larger grace
-# safety buys slack, at the price of staler updates; section 7 of notebook 04 measures the
-# grace window's worth on jittery machines.
+# - **Failure detection.** Only Ray tells the syncer that a process died, when the actor's
+#   connection breaks. Until then each sync waits its full grace window for an answer that
+#   cannot come (the simulated syncer knew at once).
+# - **The restart.** Python, JAX, the model, the programs from the compilation cache: seconds,
+#   more on two shared cores. The learner is back at the *later* of the window's end and that
+#   moment, then waits for a healthy peer's next step boundary to get its optimizer state. A
+#   real cluster pays the same, bigger (a new machine, billions of parameters to load); a warm
+#   spare process is the usual cure.
+# - **Merges take real time**, milliseconds on the syncer's CPU while the learners go on (on the
+#   simulated clock, none): an evaluation row can be written before the merge of its own
+#   instant is published. The replay follows the recorded order.
+# - **Late boundaries.** A step (plus a wait for the syncer's word) sometimes outlasts its 0.2 s,
+#   and every later boundary of that learner shifts: learners drift out of phase. With K = 2 the
+#   first two answers start a grace window, short here (τ = 1), and a learner whose boundary
+#   comes after the close misses that merge: its work is overwritten when the result arrives.
+#   One that trails by more than the grace window can miss every sync, and goodput drops. A
+#   longer τ or a larger grace safety buys slack, at the price of staler updates (notebook 04,
+#   section 7).
 #
 # None of this changes the algorithm: the same state machine decides, on the times it is
-# given. What it changes is those times, which is why the real runtime records what happened
-# (`result.plan`) rather than what should have.
-
-# %% [markdown]
-# ## 5. Over slow links: measured against DDP
-#
-# The seeds' headline is that Decoupled DiLoCo trains "more than 20× faster than
-# data-parallel" across slow links. `make reproduce` measures it at classroom scale (its
-# `versus` job, `diloco_lite.actors.versus`: about 25 minutes, and root, so this notebook
-# reads its committed table, `figures/versus.csv`):
-#
-# - **The testbed**: each learner (or DDP process) on its own *host*, a Linux network namespace
-#   behind a `tc` rate limit: every byte between hosts crosses a real throttled link. The
-#   syncer has a host of its own. Four link speeds: 1000, 100, 10 and 1 Mbit/s.
-# - **The same tokens, the same target loss**: both methods train the default model on the same
-#   batches; the target is the worse of their two final held-out losses, and each method's
-#   time to reach it is compared. Evaluations and compilation are left out of both clocks.
-# - **DDP** sends its whole gradient every step (a ring all-reduce: each host's link carries
-#   2(M − 1)/M = 1.5 gradients for M = 4). Its loss per step does not depend on the link, so its
-#   loss curve comes from one run on loopback and its seconds per step at each speed from a
-#   short run on the testbed.
-# - **Decoupled DiLoCo** (4-bit answers, P = 4 fragments, K = 1, the grace window, H = 40)
-#   runs in full at each speed, its learners' steps padded to 0.1 s. The syncer sends each
-#   merged fragment to every learner through its own link (M copies), as a **4-bit** outer
-#   update: for M = 4 that is half of one fp32 copy. The simulated clock charges the same copies.
-
-# %%
-versus_csv = paths.figures_dir(quick=False) / "versus.csv"
-if not versus_csv.exists() and "google.colab" in sys.modules:
-    # on Colab the package was installed without the repository: fetch its committed results
-    subprocess.run(["git", "clone", "-q", "--depth", "1", REPO, "/content/diloco_lite"],
-                   check=True)
-    os.environ["DILOCO_LITE_HOME"] = "/content/diloco_lite"
-    versus_csv = paths.figures_dir(quick=False) / "versus.csv"
-versus = pd.read_csv(versus_csv)
-shown = pd.DataFrame({
-    "link (Mbit/s)": versus.gbit_per_s * 1e3,
-    "DDP s/step": versus.ddp_s_per_step,
-    "DDP steps to the target": versus.ddp_steps,
-    "DDP s to the target": versus.ddp_s,
-    "Decoupled s to the target": versus.dec_s,
-    "speed-up, measured": versus.speedup,
-    "speed-up, simulated": versus.sim_speedup,
-    # the bytes on the wire ÷ (booked + control), below
-    **{f"{host} host, {way}": wire_ratio(versus, prefix + way)
-       for host, prefix in (("learner", ""), ("syncer", "syncer_")) for way in ("up", "down")},
-}).set_index("link (Mbit/s)")
-display(shown)
-vplots.speedup_chart(versus)
-
-# %%
-slow, fast = versus.iloc[versus.gbit_per_s.argmin()], versus.iloc[versus.gbit_per_s.argmax()]
-print(f"at {slow.gbit_per_s * 1e3:g} Mbit/s: {slow.speedup:.1f}× measured, "
-      f"{slow.sim_speedup:.1f}× simulated (measured / simulated = "
-      f"{slow.speedup / slow.sim_speedup:.2f})")
-print(f"at {fast.gbit_per_s * 1e3:g} Mbit/s: {fast.speedup:.2f}× measured, "
-      f"{fast.sim_speedup:.2f}× simulated")
-
-# %% [markdown]
-# Read the figure from the right. On fast links DDP is compute-bound: its exchange costs
-# little, it reaches the target in fewer steps (one large batch per step, no drift), and
-# Decoupled DiLoCo is slower. As the link slows, each DDP step waits for its gradient to cross
-# the link, while the learners keep stepping and send a 4-bit fragment every few seconds.
-#
-# **What the wire carried.** Each host's interface counters (every learner's, and the
-# syncer's) are set beside the bytes the run booked for it (answers up, replies down) plus the
-# *control traffic*: a Ray call costs about a kilobyte beyond its payload, the messages it
-# carries (a publish notice, a report) add their pickled bytes, TCP adds its headers and ACKs
-# (about 1% of a payload), and the nodes exchange heartbeats (about 1 kB/s). The costs are
-# measured on the testbed at the run's link speed, with empty calls and with calls carrying an
-# answer's bytes, spaced as a run spaces them (`actors.hosts.call_bytes`); the syncer counts
-# the calls each way and the bytes they carried. The last four columns of the table ("learner
-# host", "syncer host") are the bytes on the wire ÷ (booked + control).
-#
-# **Where the model and the testbed part.** Each side's clock against the simulated one:
-
-# %%
-display(pd.DataFrame({
-    "link (Mbit/s)": versus.gbit_per_s * 1e3,
-    "DDP s/step, measured ÷ clock": versus.ddp_s_per_step / versus.sim_ddp_s_per_step,
-    "Decoupled run, measured ÷ clock": versus.dec_s / versus.sim_dec_s,
-    "outer steps, measured": versus.outer_steps,
-    "outer steps, clock": versus.sim_outer_steps,
-}).set_index("link (Mbit/s)"))
-
-# %% [markdown]
-# The clock charges a DDP step its compute (measured on loopback), then its ring all-reduce
-# at the link's rate; on the slowest link the real exchange takes longer than that (TCP
-# through a 1 Mbit/s token bucket, six hops a step). The learners' steps sometimes outlast
-# their 0.1 s on two shared cores: they fall a little behind the syncer's reference clock,
-# which then asks them a little more often per step of their own (the outer steps above).
-# Both errors lengthen the measured runs, so they partly cancel in the speed-up.
+# given; the real runtime records what happened (`result.plan`) rather than what should have.
+# The full-size runs of `make reproduce` (this runtime with a slow learner and with failures;
+# on throttled links against DDP) are in [notebook 09, section 6](09_reproduction_report.ipynb).
 
 # %% [markdown]
 # ## Try it
@@ -496,9 +341,8 @@ display(pd.DataFrame({
 #   cluster could have done in the elapsed time; a longer downtime lowers it.
 # - The real runtime records what happened (`result.plan`); replaying it gives the actors'
 #   parameters, which is how the tests check the runtime.
-# - Over slow links the speed-up over DDP is about the ratio of DDP's exchange to a learner's
-#   step, discounted by the extra steps Decoupled DiLoCo needs to reach the same loss: below 1×
-#   where DDP is compute-bound, past 20× at 1 Mbit/s, measured and simulated alike.
+# - The same runtime on throttled links, against DDP, in the measured full runs: [notebook 09,
+#   section 6](09_reproduction_report.ipynb).
 #
 # ## Check yourself
 #
@@ -518,12 +362,6 @@ display(pd.DataFrame({
 #    <details><summary>Answer</summary>The plan records who answered which fragment at which of
 #    its steps, every merge's weights and every apply: the same run, with the library's
 #    arithmetic. The simulated run is another run, whose merges hold other learners.</details>
-# 4. Predict from section 5's table: at 0.5 Mbit/s, would the speed-up over DDP double?
-#    <details><summary>Answer</summary>DDP's steps would take about twice as long, so its time
-#    to the target doubles. Decoupled DiLoCo's would not change as long as its links keep up,
-#    but at 0.5 Mbit/s the syncer's link would carry the M copies of a round in about all of H
-#    steps: the learners would fall behind the syncer's clock and be asked more often, which
-#    costs more bytes still. A larger H (or fewer down-link bits) restores the slack.</details>
 
 # %% [markdown]
 # ## Exercises
