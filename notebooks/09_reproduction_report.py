@@ -304,12 +304,12 @@ say(f"At {slow.gbit_per_s * 1e3:g} Mbit/s per host Decoupled DiLoCo reaches the 
 
 # %%
 display(pd.DataFrame({
-    "link (Mbit/s)": versus.gbit_per_s * 1e3,
+    "link per host": (versus.gbit_per_s * 1e3).map("{:g} Mbit/s".format),
     "DDP s/step, measured ÷ clock": versus.ddp_s_per_step / versus.sim_ddp_s_per_step,
     "Decoupled run, measured ÷ clock": versus.dec_s / versus.sim_dec_s,
     "outer steps, measured": versus.outer_steps,
     "outer steps, clock": versus.sim_outer_steps,
-}).set_index("link (Mbit/s)").style.format("{:.3g}"))
+}).set_index("link per host").style.format("{:.3g}"))
 
 # %% [markdown]
 # The clock charges a DDP step its compute (measured on loopback), then its ring all-reduce at
