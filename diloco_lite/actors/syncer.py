@@ -170,7 +170,7 @@ class SyncerRuntime:
             return 0  # a process the syncer holds as gone: nothing to wait for
         if self.end is not None:
             return self.mail.sent(m)  # (no event left to handle)
-        self.events.reached = max(self.events.reached, t)
+        self.events.reach(t)
         return self.mail.sent(m) if self.events.decided >= (t, FAIL) else None
 
     # ---- failures and rejoins (`actors.rejoins`) ------------------------------------------------

@@ -51,6 +51,10 @@ class Timers:
         """The events of `kind` to come (in the heap's order, not sorted)."""
         return [e for e in self.heap if e[1] == kind]
 
+    def reach(self, t: float) -> None:
+        """A learner is at a step boundary at t (the end comes no earlier)."""
+        self.reached = max(self.reached, t)
+
     def decide(self, upto: tuple) -> None:
         """Every event before (time, kind) `upto` is handled."""
         self.decided = max(self.decided, upto)
