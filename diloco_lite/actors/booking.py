@@ -4,18 +4,12 @@ The learners make no call at most step boundaries (`actors.agent`): each one rep
 did (every step, answer and apply) with its next answer and at its stop, and the syncer knows
 its own events (asks, closes, publishes, failures, rejoins). `Books` gathers both and books
 them in the simulated clock's order with the simulated clock's own booking functions
-(`clock.booking`, the one booking order: by time; at equal times, by kind: step boundaries,
-answers' arrivals and grace deadlines, publishes, applies, failures, rejoins; then by learner):
-
-- a step boundary books the step and the answers sent there; an answer sent after its sync
-  closed (the learner hears of the close with the publish) is left out at once;
-- a close puts its answers in the merge; the answers to that sync sent before it and not in
-  it (on the wire) are left out;
-- a publish books the merge (bytes down: one reply per learner up at the close) and makes the
-  merged fragment the global one for the evaluations that follow;
-- an apply books the arrival, then the evaluations due (every M × e learner-steps);
-- failures and rejoins as on the simulated clock; a learner killed after its last report is
-  booked with the steps its step times give until the kill (their losses unknown).
+(`clock.booking`, the one booking order: by time; at equal times, by kind; then by learner).
+What only the actors need: an answer is too late if its sync's close came before the step
+boundary that sent it; a close leaves out the answers to that sync sent before it and not in
+it (on the wire); a publish makes the merged fragment the global one for the evaluations that
+follow; a learner killed after its last report is booked with the steps its step times give
+until the kill (their losses unknown).
 
 The run ends with the budget's last step: what was published after it is booked, and a death
 the syncer heard of after it (as on the actors, it is out of the flush), then the flush
