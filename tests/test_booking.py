@@ -15,9 +15,14 @@ import optax
 import pytest
 
 import diloco_lite as dl
+from diloco_lite.actors.booking import Books
 from diloco_lite.algorithms.learners import close_fn
-from diloco_lite.clock import Cluster, FailureRate, Link
+from diloco_lite.clock import Cluster, FailureRate, Link, Timeline
+from diloco_lite.clock.booking import ASK, PUBLISH, RESPONSE
 from diloco_lite.clock.plan import make_plan
+from diloco_lite.clock.recorder import Recorder
+from diloco_lite.clock.schedule import Schedule
+from diloco_lite.clock.syncer import plan_decoupled
 from diloco_lite.devices import AXIS, worker_mesh
 from diloco_lite.wire import WireFormat
 from tests.helpers import final_stats as final
@@ -243,3 +248,71 @@ def test_the_flush_averages_two_orthogonal_deltas(flush, expected):
     new, _, _ = close(glob, outer.init(glob), sent, weights, mean_leaves=(False,), rda=True,
                       flush=flush)
     np.testing.assert_allclose(np.asarray(new[0]), expected, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# The booking order (`clock.booking`): one for the simulated clock and the actors' books
+# --------------------------------------------------------------------------------------------
+
+
+class CallLog(Recorder):
+    """A `Recorder` that also writes down the booking calls made on it."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.calls = []
+
+    def _log(name):  # noqa: N805 - builds the methods below
+        def call(self, *args, **kw):
+            self.calls.append((name, *args, *sorted(kw.items())))
+            return getattr(Recorder, name)(self, *args, **kw)
+        return call
+
+    step, send, drop, closing, close = map(_log, ("step", "send", "drop", "closing", "close"))
+    arrive, fail, reload, eval = map(_log, ("arrive", "fail", "reload", "eval"))
+
+
+def test_both_clocks_book_in_one_order():
+    """M = 2, P = 1, H = 2, τ = 0, K = 1, no grace, 3 steps each; step times 1 s and 1.25 s
+    (t_ref 1.125 s), messages take 0.25 s; an evaluation at step 2. Worked out by hand: the
+    ask at 2.25 s; learner 1 answers at 2.5 s, the run's 4th learner-step (the evaluation
+    follows it); its answer arrives at 2.75 s and closes the sync alone (quorum 1): weight
+    (2 steps)² / 2 = 2 with one token a step, nothing on the wire; the merge reaches both at
+    3 s (waited 0.5 s since the ask). At 3 s, in the order of kinds: learner 0's step
+    boundary, where it answers, not knowing of the close (booked as sent and left out at
+    once); the publish; learner 0's apply. Learner 1 applies at 3.75 s, the budget's 6th and
+    last learner-step (learner 0's at 4 s comes after it); nothing to flush (both applied
+    since their last step); the last evaluation. The simulated clock books exactly this; so
+    do the actors' books, fed the same events in another order (the learners' reports and the
+    syncer's own events)."""
+    want = [("step", 0, 0, 1.0), ("step", 1, 0, 1.25), ("step", 0, 1, 2.0),
+            ("step", 1, 1, 2.5), ("send", 0, [1], 2.5), ("eval", 2, 2.5),
+            ("closing", 0, {1: 2.0}),
+            ("step", 0, 2, 3.0), ("send", 0, [0], 3.0), ("drop", 0, 0),
+            ("close", 0, {1: 2.0}, 3.0, ("receivers", (0, 1)), ("wait_s", 0.5)),
+            ("arrive", 0, [0], 3.0),
+            ("step", 1, 2, 3.75), ("arrive", 0, [1], 3.75),
+            ("eval", 3, 3.75, ("complete", True), ("last", True))]
+    algo = dl.DecoupledDiLoCo(inner_steps=2, fragments=1, overlap=0, quorum=1,
+                              grace_safety=0.0, bits=32)
+    timeline = Timeline(Cluster(step_time_s=(1.0, 1.25), link=Link(latency_s=0.25)), 2)
+
+    def recorder():
+        return CallLog(timeline, up_nbytes=[100], down_nbytes=[10], sizes=[1])
+
+    rec = recorder()
+    plan_decoupled(rec, Schedule.of(algo), timeline, algo, steps=3, eval_at={2},
+                   tokens_per_step=1)
+    assert rec.calls == want
+
+    books = Books(recorder, 2, 3, eval_at=[2], theta0=[["theta0"]])
+    books.syncer(3.0, PUBLISH, "publish", 0, {1: 2.0}, (0, 1), 0.5, ["theta1"], None)
+    books.learner(0, [("step", 1.0, 1, 1.0, [], []), ("step", 2.0, 2, 1.0, [], []),
+                      ("step", 3.0, 3, 1.0, [(0, 0)], [0]), ("step", 4.0, 4, 1.0, [], [])])
+    books.syncer(2.75, RESPONSE, "close", 0, 0, {1: 2.0})
+    books.learner(1, [("step", 1.25, 1, 1.0, [], []), ("step", 2.5, 2, 1.0, [(0, 0)], []),
+                      ("step", 3.75, 3, 1.0, [], [0])])
+    books.syncer(2.25, ASK, "ask", 0)
+    rec, *_ = books.book(end=3.75)
+    books.last_row(rec, 3.75, flushed=[])
+    assert rec.calls == want

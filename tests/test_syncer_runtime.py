@@ -564,3 +564,48 @@ def test_the_publish_notice_goes_at_the_close_and_the_reply_once_merged():
     rt.answered(1, 1, 0, 1, np.zeros(rt.theta.nbytes(0), np.uint8), 3, 1.6, [], 1.6)
     notices = [(m, life) for m, message, _, life, _ in rt.outbox if message[0] == "publish"]
     assert sorted(notices) == [(0, 0), (1, 1)]
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_an_answer_held_past_hold_s_is_restamped_and_counted(late):
+    """K = M = 2, one fragment, hold 10 ms: both learners answer the ask at 0.8 s; learner 0's
+    answer reaches the syncer at 0.81 s, learner 1's at 0.805 s. In order, the syncer handles
+    0.805 s then 0.81 s: nothing is re-stamped. Late, learner 1's answer is handed to the
+    syncer only after its timers have handled learner 0's at 0.81 s (its call waited past
+    `hold_s`): it is handled at the syncer's clock, 0.81 s, re-stamped, and counted once, by
+    `status()` and by `result()`. Either way the sync closes at 0.81 s with both."""
+    cfg = decoupled(workers=2, steps=8, fragments=1, overlap=0)
+    rt, agents = runtime(cfg, hold_s=0.01)
+    for k in range(1, 9):
+        sent = [x for m in (0, 1) for x in answers_at(rt, agents, m, 0.2 * k)]
+        if k == 4:
+            first, second = sent
+            arrive(rt, first, 0.81)
+            if not late:
+                arrive(rt, second, 0.805)
+            rt.advance(0.815)  # the timers' thread, at 0.825 s: learner 0's answer handled
+            if late:
+                arrive(rt, second, 0.805)
+            assert rt.status()["restamped"] == 0
+            rt.advance(0.825)  # at 0.835 s
+            assert rt.status()["restamped"] == (1 if late else 0)
+            job = rt.next_merge()
+            assert (sorted(job.weights), job.closed_at) == ([0, 1], pytest.approx(0.81))
+            rt.merged(job, rt.merge(job))
+        else:
+            for x in sent:
+                arrive(rt, x, 0.2 * k)
+            while (job := rt.next_merge()) is not None:
+                rt.merged(job, rt.merge(job))
+        for m, message, *_ in rt.outbox:
+            agents[m].hear(message)
+        rt.outbox.clear()
+    stopped(rt, agents)
+    while (jobs := rt.flushes()) is None:  # the last answers close a sync: its merge first
+        job = rt.next_merge()
+        rt.merged(job, rt.merge(job))
+    assert jobs == []
+    out = rt.result()
+    assert out["restamped"] == (1 if late else 0)
+    assert out["restamped_kinds"] == ({"answer": 1} if late else {})
+    assert out["plan"].final["outer_steps"] == 2

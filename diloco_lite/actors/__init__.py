@@ -7,10 +7,12 @@
   ahead of time: no call at its step boundaries, but where a notice not heard yet could change
   what it does there;
 - `syncer`: the syncer on the wall clock, driving the same `clock.syncer_state.SyncerState`
-  as the simulated clock, with `merging` (its merges, and the end), `rejoins` (failures and
-  rejoins), `roster` (where the learners are between their reports), `budget` (where each
-  learner stops) and `booking` (the run booked on the same `Recorder`, from the learners'
-  reports); `theta`: its numbers (Θ, the outer states, the merges);
+  as the simulated clock; its parts, an object each: `timers` (its events in order, its
+  clock), `syncs` (the state machine's actions carried out), `merging` (its merges, and the
+  end), `rejoins`, `roster` (where the learners are between their reports), `mailbox` (its
+  numbered messages to each learner's process), `budget` (where each learner stops) and
+  `booking` (the run booked on the same `Recorder`, from the learners' reports, in
+  `clock.booking`'s order); `theta`: its numbers (Θ, the outer states, the merges);
 - `ray_actors`: the two Ray actors (a learner's process, the syncer's);
 - `runtime`: `train_actors(config)`: starts them, kills and restarts learners at the failure
   windows, flushes at the end.

@@ -3,19 +3,13 @@
 The learners make no call at most step boundaries (`actors.agent`): each one reports what it
 did (every step, answer and apply) with its next answer and at its stop, and the syncer knows
 its own events (asks, closes, publishes, failures, rejoins). `Books` gathers both and books
-them in the simulated clock's order (by time; at equal times, `clock.syncer`'s order of kinds:
-step boundaries, answers' arrivals and grace deadlines, publishes, applies, failures, rejoins;
-then by learner), on the same `Recorder` calls as `clock.learner_rules`:
-
-- a step boundary books the step and the answers sent there; an answer sent after its sync
-  closed (the learner hears of the close with the publish) is left out at once;
-- a close puts its answers in the merge; the answers to that sync sent before it and not in
-  it (on the wire) are left out;
-- a publish books the merge (bytes down: one reply per learner up at the close) and makes the
-  merged fragment the global one for the evaluations that follow;
-- an apply books the arrival, then the evaluations due (every M × e learner-steps);
-- failures and rejoins as on the simulated clock; a learner killed after its last report is
-  booked with the steps its step times give until the kill (their losses unknown).
+them in the simulated clock's order with the simulated clock's own booking functions
+(`clock.booking`, the one booking order: by time; at equal times, by kind; then by learner).
+What only the actors need: an answer is too late if its sync's close came before the step
+boundary that sent it; a close leaves out the answers to that sync sent before it and not in
+it (on the wire); a publish makes the merged fragment the global one for the evaluations that
+follow; a learner killed after its last report is booked with the steps its step times give
+until the kill (their losses unknown).
 
 The run ends with the budget's last step: what was published after it is booked, and a death
 the syncer heard of after it (as on the actors, it is out of the flush), then the flush
@@ -29,8 +23,9 @@ import math
 
 import numpy as np
 
+from ..clock import booking
+from ..clock.booking import APPLY, BOUNDARY, END
 from ..clock.recorder import Recorder
-from ..clock.syncer import APPLY, BOUNDARY, END
 
 __all__ = ["Books"]
 
@@ -83,39 +78,33 @@ class Books:
                 continue  # after the end: what was in flight is published, a death heard of
             if what == "step":
                 m, k, loss, answers = data
-                rec.step(m, k - 1, t)
+                booking.step(rec, m, k - 1, t, [  # one sent after its sync closed: too late
+                    (p, self.closes.get((p, n), (math.inf,)) < (t, BOUNDARY)) for p, n in answers])
                 processed += 1
                 losses.append((m, t, loss))
-                for p, n in answers:
-                    rec.send(p, [m], t)
-                    log.append((t, "answer", m, p))
-                    if self.closes.get((p, n), (math.inf,)) < (t, BOUNDARY):
-                        rec.drop(p, m)  # its sync had closed: too late
+                log += [(t, "answer", m, p) for p, _ in answers]
             elif what == "apply":
                 m, applies = data
-                for p in applies:
-                    rec.arrive(p, [m], t)
-                    log.append((t, "apply", m, p))
-                while evals and processed >= evals[0] * self.M:
-                    rows.append(self._row(rec, evals.pop(0), t, theta, diags))
+                booking.apply(rec, m, applies, t)
+                log += [(t, "apply", m, p) for p in applies]
+                for e in booking.evals_due(evals, processed, self.M):
+                    rows.append(self._row(rec, e, t, theta, diags))
                     diags = []
             elif what == "close":
                 p, n, weights = data
-                rec.closing(p, weights)
-                for m in self._on_the_wire(p, n, (t, kind), weights):
-                    rec.drop(p, m)  # closed without it: its work stays unmerged in m
+                booking.close(rec, p, weights, self._on_the_wire(p, n, (t, kind), weights))
                 log.append((t, "close", -1, p))
             elif what == "publish":
                 p, weights, receivers, wait_s, leaves, diag = data
-                rec.close(p, weights, t, receivers=receivers, wait_s=wait_s)
+                booking.publish(rec, p, weights, t, receivers=receivers, wait_s=wait_s)
                 theta[p] = list(leaves)
                 diags.append((p, False, diag))
                 log.append((t, "merge", -1, p))
             elif what == "fail":
-                rec.fail(data[0])
+                booking.fail(rec, data[0])
                 log.append((t, "fail", data[0], -1))
             elif what == "reload":
-                rec.reload(data[0], data[1], t)
+                booking.reload(rec, data[0], data[1], t)
                 log.append((t, "rejoin", data[0], -1))
             else:  # ("ask", p) or ("kill", m): the log only
                 log.append((t, what, -1 if what == "ask" else data[0],

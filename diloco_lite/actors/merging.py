@@ -2,30 +2,27 @@
 
 A close makes a `Merge` job: its answers' payloads, the learners up at the close (one reply
 each) and the learners told of it (its publish notice: those up at the close, and any back
-since, `actors.rejoins`). The syncer's thread takes each job (`next_merge`), computes it off the
-lock (`merge`: no lock needed, as fragment p has one version in flight) and hands it back
-(`merged`): Θ_p is the new one and every learner told gets the reply's bytes; the publish
-waits for it (`SyncerRuntime.advance`).
+since, `actors.rejoins`). `Merges` keeps the jobs: the syncer's thread takes each one
+(`next`), computes it off the lock (`compute`: no lock needed, as fragment p has one version
+in flight) and hands it back (`merged`): Θ_p is the new one and every process told of it gets
+the reply's bytes (through the `Mailbox`); the publish waits for it
+(`SyncerRuntime.advance`).
 
-The end: the budget's last step is known once every learner up has reported its stop
-(`_check_end`); an answer that reached the syncer after it but that the clock's link would
-have carried by then counts as arrived then (`_by_the_end`). Then `flushes()` (once no merge is
-left to compute or publish) books the run and plans the flush, `flush` merges each fragment's
-flush, and `result()` gives the history rows, the losses, the log and the recorded plan.
-Part of `actors.syncer.SyncerRuntime` (a mixin: its state lives there). Nothing here imports
-Ray.
+`End` is the end: the budget's last step is known once every learner up has reported its stop
+(`check`); then, once no merge is left to compute or publish, `plan` books the run and plans the
+flush, each fragment's flush is booked as it is merged (`booked`), and `result` gives the
+history rows, the losses, the log and the recorded plan. Nothing here imports Ray.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 
-from ..clock.learner_rules import book_flush, flush_weights
-from ..clock.syncer import PUBLISH, RESPONSE
+from ..clock import booking
+from ..clock.learner_rules import flush_weights
 
-__all__ = ["Merge", "Merges"]
+__all__ = ["End", "Merge", "Merges"]
 
 
 @dataclasses.dataclass
@@ -49,87 +46,100 @@ class Merge:
 
 
 class Merges:
-    """`SyncerRuntime`'s merges and end (module docstring)."""
+    """The closed syncs to merge, in the order closed, and those being computed, on `theta`
+    (`SyncerParams`); the replies go through `mail` (`Mailbox`)."""
 
-    def next_merge(self) -> Merge | None:
+    def __init__(self, theta, mail):
+        self.theta, self.mail = theta, mail
+        self.queue: list[Merge] = []  # closed, to compute
+        self.computing = 0  # handed out (`next`), not merged yet
+
+    def add(self, job: Merge) -> None:
+        """A sync closed: its merge is to compute."""
+        self.queue.append(job)
+
+    def next(self) -> Merge | None:
         """The next closed sync to merge; `merged` it when done."""
-        if not self.merges:
+        if not self.queue:
             return None
-        self.merging += 1
-        return self.merges.pop(0)
+        self.computing += 1
+        return self.queue.pop(0)
 
     @property
     def busy(self) -> bool:
         """A merge is queued or being computed."""
-        return bool(self.merges) or self.merging > 0
+        return bool(self.queue) or self.computing > 0
 
-    def merge(self, job: Merge):
+    def compute(self, job: Merge):
         """The merge of a closed sync, or of the flush (no lock needed: fragment p has one
         version in flight); hand its result to `merged`."""
         return self.theta.merge(job.p, job.weights, job.payloads, job.flush)
 
     def merged(self, job: Merge, result) -> None:
-        """The merge is computed: Θ_p is the new one, and every learner told of it gets its reply
+        """The merge is computed: Θ_p is the new one, and every process told of it gets its reply
         (the publish notice went at the close, or at its rejoin)."""
         diag = self.theta.take(job.p, result)
         job.result, job.reply = (result[0], diag), result[3]
         if job.flush:
             return
-        self.merging -= 1
+        self.computing -= 1
         for m, life in job.told.items():
-            if life == self.roster.life[m]:
-                self.roster.send(m, ("reply", job.p, job.n), job.reply)
+            self.mail.send_to(m, life, ("reply", job.p, job.n), job.reply)
 
-    def flushes(self) -> list | None:
-        """At the end (every learner up has stopped; call again until it says otherwise): the
-        fragments to flush and the learners whose Δ each takes (`Merge` jobs without payloads
-        yet); None while a merge is left to compute or publish."""
-        if self.end is None:
-            return None
-        self.advance(math.inf)
-        if self.busy or any(kind == PUBLISH for _, kind, *_ in self.timers):
-            return None
-        self.flushing = True
-        self.rec, self.rows, self.losses, self.log = self.books.book(self.end)
-        t = max([self.end] + [e[0] for e in self.log if e[1] == "merge"])
+    def tell(self, job: Merge, m: int) -> None:
+        """Learner m's current process has `job`'s publish notice: it gets the reply, at once if
+        merged already."""
+        job.told[m] = self.mail.life[m]
+        if job.reply is not None:
+            self.mail.send(m, ("reply", job.p, job.n), job.reply)
+
+
+class End:
+    """The end of a run booked by `books` (`Books`), whose learners are in `roster`; a
+    learner-step is `tokens` tokens (module docstring)."""
+
+    def __init__(self, books, roster, tokens: int):
+        self.books, self.roster, self.tokens = books, roster, tokens
+        self.at: float | None = None  # the time of the budget's last step, once known
+        self.done: float | None = None  # the flush's time, once planned
+        self.flushed: list = []  # (fragment, Θ_p leaves, diagnostics) of the flush
+        self.booked_run: tuple | None = None  # (recorder, rows, losses, log) up to the end
+
+    def check(self, up: list) -> bool:
+        """Whether the budget's last step has just become known (every learner up has stopped at
+        its share, `Roster.end`)."""
+        if self.at is not None:
+            return False
+        self.at = self.roster.end(up)
+        return self.at is not None
+
+    def plan(self, state) -> list[Merge]:
+        """Book the run up to the end and plan the flush (once nothing is left to merge or
+        publish): the learners of `state` (`SyncerState`) holding a fragment's newest version
+        have applied it by the flush; returns the flush's `Merge` jobs (payloads to fill in)."""
+        self.booked_run = rec, _, _, log = self.books.book(self.at)
+        t = max([self.at] + [e[0] for e in log if e[1] == "merge"])
         for m, (_, held) in self.roster.final.items():
             for p, v in enumerate(held):
-                if self.up[m] and v == self.state.version[p]:
-                    self.state.applied(m, p, t)
+                if state.up[m] and v == state.version[p]:
+                    state.applied(m, p, t)
         self.done = t
         return [Merge(p, -1, who, (), 0.0, {}, flush=True)
-                for p, who in flush_weights(self.state.end(t), self.rec.since, self.tokens)]
+                for p, who in flush_weights(state.end(t), rec.since, self.tokens)]
 
-    def flush(self, job: Merge) -> None:
-        """The flush of `job` (its payloads in), merged and booked."""
-        self.merged(job, self.merge(job))
-        book_flush(self.rec, job.p, job.weights, self.done)
+    def booked(self, job: Merge) -> None:
+        """The flush of `job`, merged: booked."""
+        booking.flush(self.booked_run[0], job.p, job.weights, self.done)
         self.flushed.append((job.p, *job.result))
 
-    def result(self) -> dict:
-        """The history rows (stats, diagnostics, Θ), the losses, the log and the recorded plan."""
+    def result(self, leaves) -> dict:
+        """The history rows (stats, diagnostics, Θ: `leaves(fragments)` gives its leaves), the
+        losses, the log and the recorded plan."""
         if self.done is None:
             raise RuntimeError("result() before the flush is planned (a merge is left, or the "
                                "learners have not all stopped): call flushes() until it plans")
-        last = self.books.last_row(self.rec, self.done, self.flushed)
-        rows = [{**r, "params": self._leaves(r.pop("fragments"))} for r in self.rows + [last]]
-        return dict(rows=rows, losses=self.losses, log=sorted(self.log, key=lambda e: e[0]),
-                    plan=self.rec.finish(), params=self.theta.params())
-
-    # ---- helpers --------------------------------------------------------------------------------
-    def _check_end(self) -> None:
-        if self.end is None:
-            self.end = self.roster.end(self.up)
-            if self.end is not None:
-                self._by_the_end()
-
-    def _by_the_end(self) -> None:
-        """An answer that arrived after the end, but that the clock's link would have carried by
-        then (sent by the end: on loopback's free link, at once), counts as arrived then."""
-        link = self.timeline.cluster.link
-        for i, (t, kind, seq, p, data) in enumerate(self.timers):
-            if kind == RESPONSE and t > self.end:
-                sent = data[3] + link.busy_s(self.theta.nbytes(p)) + link.latency_s
-                if sent <= self.end:
-                    self.timers[i] = (sent, kind, seq, p, data)
-        heapq.heapify(self.timers)
+        rec, rows, losses, log = self.booked_run
+        last = self.books.last_row(rec, self.done, self.flushed)
+        rows = [{**r, "params": leaves(r.pop("fragments"))} for r in rows + [last]]
+        return dict(rows=rows, losses=losses, log=sorted(log, key=lambda e: e[0]),
+                    plan=rec.finish())

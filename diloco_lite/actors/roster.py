@@ -4,12 +4,13 @@ The learners make no call at most step boundaries (`actors.agent`), so `Roster` 
 each learner: its last reported (position, time) and where its process began, its step times
 (`Timeline`) to tell where it is now (`position`), its share of the budget (`stop`,
 `actors.budget`: shared out again when a learner goes down or comes back, with a "stop"
-message to each learner whose share changed), the messages it was sent (`send`), and which
+message to each learner whose share changed), the messages it was sent (`heard`), and which
 process of it is current (`life`: a report of an earlier one is void). A learner killed after
 its last report went on as its rules and step times say until the kill: `lost_report` replays
 its rules (a shadow `LearnerAgent`) on the messages it was sent. The end (`end`) is the time of
-the last step of all, once every learner up has stopped at its share. Nothing here imports Ray
-or JAX.
+the last step of all, once every learner up has stopped at its share. Its messages go through
+the syncer's `Mailbox` (`actors.mailbox`: which process is current, the numbering). Nothing here
+imports Ray or JAX.
 """
 
 from __future__ import annotations
@@ -18,44 +19,51 @@ import math
 
 from .agent import LearnerAgent
 from .budget import shares, steps_until
+from .mailbox import Mailbox
 
 __all__ = ["Roster"]
 
 
 class Roster:
     """M learners of `fragments` fragments, overlap `tau`, at `timeline`'s step times, spending
-    `budget` learner-steps; `outbox` receives the messages (learner, message, reply bytes,
-    the process they are for: `life`, and how many messages that process has been sent with
-    this one: None for an "upload", which is not one of its rules' messages)."""
+    `budget` learner-steps; `outbox`: the `Mailbox` its messages go through (a list: a new
+    `Mailbox` that puts them on it)."""
 
-    def __init__(self, timeline, fragments: int, tau: int, budget: int, outbox: list):
+    def __init__(self, timeline, fragments: int, tau: int, budget: int, outbox):
         self.timeline, self.M, self.P, self.tau = timeline, timeline.learners, fragments, tau
-        self.budget, self.outbox = budget, outbox
-        M = self.M
+        self.budget, M = budget, self.M
+        self.mail = outbox if isinstance(outbox, Mailbox) else Mailbox(M, outbox)
         self.anchors = [(0, 0.0)] * M  # (position, time) each learner steps on from; time None:
         # down
         self.stop, self.predicted_end = shares(timeline, self.anchors, budget)
         self.last = [(0, 0.0)] * M  # each learner's last reported (position, time)
         self.final: dict = {}  # learner -> (position, held versions): it stopped there
-        self.life = [0] * M  # which process of each learner
         self.killed_at: dict = {}
         self.gone: set = set()  # learners down for good
-        self.heard: list = [[] for _ in range(M)]  # the messages sent to each process
         self.starts = [(0, [0] * fragments, -math.inf)] * M  # each process's (position,
         # versions held, time) where it began
+
+    @property
+    def life(self) -> list[int]:
+        """Which process of each learner is the current one (`Mailbox.life`)."""
+        return self.mail.life
+
+    @property
+    def heard(self) -> list[list]:
+        """The messages sent to each learner's current process (`Mailbox.heard`)."""
+        return self.mail.heard
 
     # ---- what the syncer hears ------------------------------------------------------------------
     def started(self, m: int, messages: list, k: int = 0, versions=None, t: float = -math.inf,
                 now: float = 0.0) -> list:
         """A process of learner m begins at position k (versions held, time t) with `messages`
         (its stop is added); returns them (the messages sent to it later are numbered from there
-        on: `send`)."""
+        on: `Mailbox.send`)."""
         self.starts[m] = (k, list(versions) if versions is not None else [0] * self.P, t)
         self.killed_at.pop(m, None)  # (a kill while it was down)
         if t > -math.inf:
             self.restop(m, (k, t), now)
-        self.heard[m] = list(messages) + [("stop", self.stop[m])]
-        return list(self.heard[m])
+        return self.mail.begin(m, list(messages) + [("stop", self.stop[m])])
 
     def reported(self, m: int, report: list) -> None:
         for event in report:
@@ -79,17 +87,11 @@ class Roster:
         reported steps since its process began: `reported`)."""
         self.final.pop(m, None)
         lost = self.lost_report(m, self.killed_at.pop(m, t), reported)
-        self.life[m] += 1
+        self.mail.replace(m)
         self.restop(m, (self.last[m][0], None), now)
         return lost
 
     # ---- where the learners are -----------------------------------------------------------------
-    def send(self, m: int, message: tuple, reply=None) -> None:
-        """A message to learner m's process, numbered in the order sent to it (its first
-        messages, given when it began, come first), and kept: `lost_report` replays them."""
-        self.heard[m].append(message)
-        self.outbox.append((m, message, reply, self.life[m], len(self.heard[m])))
-
     def lost_report(self, m: int, kill: float, reported: list) -> list:
         """What learner m did from its last report to its kill at `kill`, as its rules (on the
         messages it was sent) and its step times say (its losses unknown)."""
@@ -120,7 +122,7 @@ class Roster:
         stop, _ = shares(self.timeline, anchors, self.budget, floor)
         for q in range(self.M):
             if stop[q] != self.stop[q] and going[q] and q != m:
-                self.send(q, ("stop", stop[q]))
+                self.mail.send(q, ("stop", stop[q]))
         self.stop = stop
         self.predicted_end = self._predicted_end()
 

@@ -4,9 +4,13 @@
 `SyncerState` decides (quorum, grace, token weights, failures, the flush) and the same link
 model (`clock.Links`) says when a reply reaches the learners; the learners' own rules run on
 the learners (`actors.agent`). Times are seconds of wall clock since the run's start `t0`.
-Its parts: this module (the messages and the syncer's own events), `actors.merging` (the
-merges, computed off the lock, and the end), `actors.rejoins` (failures and rejoins),
-`actors.roster` (where the learners are between their reports), `actors.booking` (the books).
+`SyncerRuntime` is the surface the Ray actor calls (`actors.ray_actors`); it wires the parts,
+each an object with its own state: `Timers` (`actors.timers`: its events in order, its clock),
+`Syncs` (`actors.syncs`: the state machine's actions carried out: asks, closes, publishes),
+`Merges` and `End` (`actors.merging`: the merges, computed off the lock; the end and its
+flush), `Rejoins` (`actors.rejoins`), `Roster` (`actors.roster`: where the learners are
+between their reports), `Mailbox` (`actors.mailbox`: the messages to each learner's process)
+and `Books` (`actors.booking`: the run booked in `clock.booking`'s order).
 
 The messages (nothing else crosses a link, apart from a rejoin's):
 
@@ -35,31 +39,37 @@ that at equal times the order is the simulated clock's (`advance`; `decided`: ev
 before it is handled); a publish waits for its merge. Nothing after the budget's last step is
 handled but the publishes of merges closed before it (as on the simulated clock): until every
 learner has stopped, events after the end its step times predict wait, unless a learner's
-`until` says it has a step boundary after it (then the run ends no earlier). Nothing here
+`until` says it has a step boundary after it (then the run ends no earlier). An event that
+comes after a later one was handled (an answer held up longer than `hold_s`) is handled at the
+syncer's clock, re-stamped; `status()` and `result()` count them (`restamped`). Nothing here
 imports Ray; `actors.ray_actors` calls these methods from Ray's threads, under a lock.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
+import math
 
 from ..clock import Links, Timeline
+from ..clock.booking import ASK, DEADLINE, END, FAIL, PUBLISH, REJOIN, RESPONSE
 from ..clock.recorder import Recorder
-from ..clock.syncer import ASK, DEADLINE, END, FAIL, PUBLISH, RESPONSE
-from ..clock.syncer_state import Ask, AskAt, Close, SetDeadline, SyncerState
+from ..clock.syncer_state import SyncerState
 from ..training import eval_points
 from ..validate import check_nonnegative
 from .booking import Books
-from .merging import Merge, Merges
+from .mailbox import Mailbox
+from .merging import End, Merge, Merges
 from .rejoins import Rejoins
 from .roster import Roster
+from .syncs import Syncs
 from .theta import SyncerParams
+from .timers import Timers
 
 __all__ = ["Merge", "SyncerRuntime"]
 
+_RESTAMPED = {ASK: "ask", DEADLINE: "deadline", RESPONSE: "answer"}  # (the names counted)
 
-class SyncerRuntime(Rejoins, Merges):
+
+class SyncerRuntime:
     """The syncer of `config` (Decoupled DiLoCo) from `params` (None: the model's initial
     parameters for `config.seed`; module docstring)."""
 
@@ -70,42 +80,64 @@ class SyncerRuntime(Rejoins, Merges):
         self.M, self.P, self.hold = config.workers, len(d.frags), hold_s
         self.budget, self.tokens = config.workers * config.steps, config.batch_size * config.seq_len
         self.timeline = t = Timeline(config.cluster, self.M)
-        self.links = Links(t.cluster.link, self.M)  # the clock's model of the replies
         self.down_nbytes = d.down_nbytes
-        self.state = SyncerState(config.algorithm, self.M, t.t_ref, reply_s=self._reply_s)
-        self.recorder = lambda: Recorder(t, up_nbytes=d.up_nbytes, down_nbytes=d.down_nbytes,  # noqa: E731
-                                         sizes=d.sizes, rejoin_nbytes=d.rejoin_nbytes,
-                                         tokens_per_step=self.tokens, mix=d.alpha)
-        self.versions = [[(0.0, theta.fragment(p))] for p in range(self.P)]  # (publish, Θ_p)
-        self.books = Books(self.recorder, self.M, config.steps, eval_points(config),
-                           [v[0][1] for v in self.versions])
-        self.timers, self.seq, self.clock, self.kind = [], itertools.count(), 0.0, ASK
-        self.decided = (0.0, ASK)  # every event before it is handled (a learner waits on it)
-        self.reached = 0.0  # the latest step boundary a learner is known to be at
-        self.asked_n = [0] * self.P  # each fragment's asks so far: the next one's number
-        self.open: list = [None] * self.P  # p's open sync: (its id, its number)
-        self.payloads = [{} for _ in range(self.P)]  # the open sync's answers
-        self.merges: list[Merge] = []  # closed, to compute
-        self.merging = 0  # handed out (`next_merge`), not merged yet
-        self.outbox: list = []  # (learner, message, reply bytes or None, its process: life)
-        self.roster = Roster(t, self.P, self.state.tau, self.budget, self.outbox)
-        self.done: float | None = None  # the end's time, once the flush is planned
-        self.flushed: list = []  # (fragment, Θ_p leaves, diagnostics) of the flush
-        self.peer_of: dict = {}  # returning learner -> the peer asked for its inner state
-        self.rejoined: dict = {}  # returning learner -> what it loads
-        self.tickets = [0] * self.M
-        self.end: float | None = None  # the time of the budget's last step, once known
-        self.flushing = False
+        self.state = SyncerState(config.algorithm, self.M, t.t_ref,
+                                 reply_s=lambda p, t: self.syncs.reply_s(p, t))
+        recorder = lambda: Recorder(t, up_nbytes=d.up_nbytes, down_nbytes=d.down_nbytes,  # noqa: E731
+                                    sizes=d.sizes, rejoin_nbytes=d.rejoin_nbytes,
+                                    tokens_per_step=self.tokens, mix=d.alpha)
+        theta0 = [theta.fragment(p) for p in range(self.P)]
+        self.books = Books(recorder, self.M, config.steps, eval_points(config), theta0)
+        self.events = Timers()  # the syncer's own events, and its clock
+        self.mail = Mailbox(self.M)  # its messages to the learners' processes
+        self.roster = Roster(t, self.P, self.state.tau, self.budget, self.mail)
+        self.merges = Merges(theta, self.mail)
+        self.rejoins = Rejoins(self.M, self.mail, self._load)
+        self.ending = End(self.books, self.roster, self.tokens)
+        self.syncs = Syncs(self.state, Links(t.cluster.link, self.M), self.down_nbytes,
+                           self.events, self.merges, self.mail, self.books, theta0, self.tokens)
 
-    # ---- the learners ---------------------------------------------------------------------------
+    # ---- what the Ray actor and the tests read --------------------------------------------------
     @property
-    def up(self) -> list[bool]:
+    def outbox(self) -> list:
+        """(learner, message, reply bytes or None, its process: life, its number) to send, in
+        order; the actor sends them and clears it (`Mailbox`)."""
+        return self.mail.outbox
+
+    @property
+    def up(self) -> list[bool]:  # (the state machine's: one truth)
         return self.state.up
 
+    @property
+    def end(self) -> float | None:
+        """The time of the budget's last step, once known."""
+        return self.ending.at
+
+    @property
+    def timers(self) -> list:
+        """The events to handle: a heap of (time, kind, number, fragment, data) (`Timers`)."""
+        return self.events.heap
+
+    @property
+    def reached(self) -> float:
+        return self.events.reached
+
+    @property
+    def peer_of(self) -> dict:
+        """Returning learner -> the peer asked for its inner optimizer state."""
+        return self.rejoins.peer_of
+
+    @property
+    def restamped(self) -> int:
+        """How many events were handled at the syncer's clock, after their own time
+        (`Timers.stamp`)."""
+        return sum(self.events.restamped.values())
+
+    # ---- the learners ---------------------------------------------------------------------------
     def start(self) -> list[list]:
         """The run begins: each learner's first messages (the first asks, its stop)."""
-        self._act(self.state.start(), 0.0)
-        asks = [("ask", t, p, 0) for t, kind, _, p, _ in self.timers if kind == ASK]
+        self.syncs.act(self.state.start(), 0.0)
+        asks = [("ask", t, p, 0) for t, _, _, p, _ in self.events.of_kind(ASK)]
         return [self.roster.started(m, asks) for m in range(self.M)]
 
     def answered(self, m: int, life: int, p: int, n: int, payload, since: int, sent_at: float,
@@ -115,8 +147,7 @@ class SyncerRuntime(Rejoins, Merges):
         if life != self.roster.life[m]:
             return  # from a process that has since been replaced
         self.reported(m, life, report)
-        heapq.heappush(self.timers, (now, RESPONSE, next(self.seq), p,
-                                     (m, n, since, sent_at, payload)))
+        self.events.push(now, RESPONSE, p, (m, n, since, sent_at, payload))
         self.advance(now - self.hold, before=RESPONSE + 1)
 
     def reported(self, m: int, life: int, report: list, final: tuple | None = None) -> None:
@@ -138,112 +169,155 @@ class SyncerRuntime(Rejoins, Merges):
         if life != self.roster.life[m] or not self.up[m]:
             return 0  # a process the syncer holds as gone: nothing to wait for
         if self.end is not None:
-            return len(self.roster.heard[m])  # (no event left to handle)
-        self.reached = max(self.reached, t)
-        return len(self.roster.heard[m]) if self.decided >= (t, FAIL) else None
+            return self.mail.sent(m)  # (no event left to handle)
+        self.events.reach(t)
+        return self.mail.sent(m) if self.events.decided >= (t, FAIL) else None
+
+    # ---- failures and rejoins (`actors.rejoins`) ------------------------------------------------
+    def failed(self, m: int, now: float) -> None:
+        """Learner m's process died: its unsynced work and its answers on the wire are lost; a
+        rejoin it was waiting for is void. (Already down: only that.)"""
+        self.rejoins.void(m)
+        self.roster.final.pop(m, None)
+        if not self.up[m]:
+            return
+        self.advance(now - self.hold, before=FAIL)
+        t = self.events.stamp(now, "fail")
+        began = self.roster.starts[m][2]
+        self.books.learner(m, self.roster.failed(m, t, self.events.clock,
+                                                 self.books.reported(m, after=began)))
+        self.books.syncer(t, FAIL, "fail", m)
+        self.syncs.act(self.state.failed(m, t), t, FAIL)
+        self._check_end()
+        for r in self.rejoins.waiting_on(m):  # it was to send its state to a returning learner
+            self.rejoins.reload(r, now, self.up)  # ask another one
+
+    def killed(self, m: int, now: float, for_good: bool = False) -> None:
+        """The driver killed learner m's process (a failure window began; `for_good`: it never
+        comes back): logged; it takes no more steps."""
+        self.books.syncer(now, FAIL, "kill", m)
+        self.roster.killed(m, now, self.events.clock, for_good)
+
+    def rejoin(self, m: int, now: float) -> int:
+        """Learner m is back (`Rejoins.rejoin`); returns its ticket for `take_rejoin`."""
+        return self.rejoins.rejoin(m, now, self.up)
+
+    def take_rejoin(self, m: int, ticket: int) -> tuple[str, dict | None]:
+        """("ready", what it loads), ("wait", None) or ("gone", None) (`Rejoins.take`)."""
+        return self.rejoins.take(m, ticket, ended=self.end is not None)
+
+    def peer_state(self, q: int, inner_state, t: float) -> None:
+        """Peer q's inner optimizer state, uploaded at its step boundary t."""
+        self.rejoins.peer_state(q, inner_state, t)
+
+    # ---- the merges and the end (`actors.merging`) ----------------------------------------------
+    def next_merge(self) -> Merge | None:
+        """The next closed sync to merge; `merged` it when done."""
+        return self.merges.next()
+
+    @property
+    def busy(self) -> bool:
+        """A merge is queued or being computed."""
+        return self.merges.busy
+
+    def merge(self, job: Merge):
+        """`Merges.compute` (no lock needed)."""
+        return self.merges.compute(job)
+
+    def merged(self, job: Merge, result) -> None:
+        self.merges.merged(job, result)
+
+    def flushes(self) -> list | None:
+        """At the end (every learner up has stopped; call again until it says otherwise): the
+        fragments to flush and the learners whose Δ each takes (`Merge` jobs without payloads
+        yet); None while a merge is left to compute or publish."""
+        if self.end is None:
+            return None
+        self.advance(math.inf)
+        if self.busy or self.events.of_kind(PUBLISH):
+            return None
+        return self.ending.plan(self.state)
+
+    def flush(self, job: Merge) -> None:
+        """The flush of `job` (its payloads in), merged and booked."""
+        self.merges.merged(job, self.merges.compute(job))
+        self.ending.booked(job)
+
+    def result(self) -> dict:
+        """The history rows (stats, diagnostics, Θ), the losses, the log, the recorded plan, Θ,
+        and the events re-stamped: how many, and of which kinds (`Timers.stamp`)."""
+        return dict(self.ending.result(self.theta.assemble), params=self.theta.params(),
+                    restamped=self.restamped, restamped_kinds=dict(self.events.restamped))
+
+    def status(self) -> dict:
+        """Where the run is: learner-steps taken, the end once known, who is up, whether a
+        merge is left, each learner's stop, the events re-stamped so far."""
+        return dict(processed=self.roster.processed(self.up, self.events.clock),
+                    ending=self.end, up=list(self.up), merging=self.busy,
+                    stop=list(self.roster.stop), restamped=self.restamped)
 
     # ---- the syncer's own work ------------------------------------------------------------------
     def advance(self, to: float, before: int = 99) -> None:
         """Handle the events due before (to, before) in order of time (module docstring)."""
-        while self.timers and self.timers[0][:2] < (to, before):
-            t, kind, _, p, data = self.timers[0]
+        ev = self.events
+        while (first := ev.first()) is not None and first[:2] < (to, before):
+            t, kind, _, p, data = first
             if kind == PUBLISH and data.result is None:
-                self.decided = max(self.decided, (t, kind))
+                ev.decide((t, kind))
                 return  # its merge is still being computed
             if kind != PUBLISH and self.end is not None and (t, kind) >= (self.end, END):
-                heapq.heappop(self.timers)
+                ev.pop()
                 continue  # after the end
             predicted = self.roster.predicted_end
             if kind != PUBLISH and self.end is None and predicted is not None \
-                    and t > max(predicted, self.reached):
-                self.decided = max(self.decided, (t, kind))
+                    and t > max(predicted, ev.reached):
+                ev.decide((t, kind))
                 return  # after the end the step times predict: wait for the learners
-            heapq.heappop(self.timers)
+            ev.pop()
             # a publish counts from the time its notice gave the learners (they apply on it),
-            # even when its merge was computed later than that
-            clock = self._now(t)
-            t, self.kind = (t if kind == PUBLISH else clock), kind
+            # even when its merge was computed later than that; any other event comes at the
+            # syncer's clock if a later one was handled before it came (re-stamped, counted)
+            clock = ev.stamp(t, _RESTAMPED.get(kind))
             if kind == ASK:
-                self.books.syncer(t, ASK, "ask", p)
-                self._act(self.state.ask(p, t), t)
+                self.books.syncer(clock, ASK, "ask", p)
+                self.syncs.act(self.state.ask(p, clock), clock, ASK)
             elif kind == DEADLINE:
-                self._act(self.state.deadline(p, data, t), t)
+                self.syncs.act(self.state.deadline(p, data, clock), clock, DEADLINE)
             elif kind == PUBLISH:
-                self._published(data, t)
+                self.syncs.published(data, t)
             else:
-                self._arrived(p, *data, t)
-        self.decided = max(self.decided, (to, before))
-
-    def status(self) -> dict:
-        return dict(processed=self.roster.processed(self.up, self.clock), ending=self.end,
-                    up=list(self.up), merging=self.busy, stop=list(self.roster.stop))
+                self.syncs.arrived(p, *data, clock)
+        ev.decide((to, before))
 
     # ---- helpers --------------------------------------------------------------------------------
-    def _act(self, actions: list, t: float) -> list:
-        """Carry out the syncer's actions: timers, the asks' numbers, closes; returns the asks
-        of a returning learner."""
-        again = []
-        for a in actions:
-            match a:
-                case AskAt(p, when):
-                    heapq.heappush(self.timers, (when, ASK, next(self.seq), p, None))
-                case Ask(p, sync, _) if self.open[p] is None:
-                    self.open[p], self.payloads[p] = (sync, self.asked_n[p]), {}
-                    self.asked_n[p] += 1
-                case Ask(p, _, _):
-                    again.append(("ask", t, p, self.open[p][1]))
-                case SetDeadline(p, sync, when):
-                    heapq.heappush(self.timers, (when, DEADLINE, next(self.seq), p, sync))
-                case Close(p, _, weights, _, _, wait_s):
-                    to = tuple(m for m in range(self.M) if self.up[m])
-                    at = max(self.links.fan_out(to, self.down_nbytes[p], t), default=t)
-                    n = self.open[p][1]
-                    answers = {m: self.payloads[p][m] for m in weights}
-                    job = Merge(p, n, weights, to, wait_s, answers, closed_at=t,
-                                published_at=at, next_ask=self.state.next_ask(p, at))
-                    self.open[p] = None
-                    self.merges.append(job)
-                    heapq.heappush(self.timers, (at, PUBLISH, next(self.seq), p, job))
-                    for m in to:  # the notice now, the reply once merged
-                        self.roster.send(m, self._notice(m, job))
-                        job.told[m] = self.roster.life[m]
-                    self.books.syncer(t, self.kind, "close", p, n, weights)
-        return again
+    def _load(self, m: int, peer: int, inner_state, t: float) -> dict:
+        """What returning learner m loads at t (`Rejoins`): Θ as published by then, `peer`'s
+        inner optimizer state (`FRESH`: a fresh one), and its messages: the open syncs it had
+        not answered, the asks to come, the notice of each merge in flight (its reply follows,
+        at once if merged), its stop."""
+        t = self.events.stamp(t, "reload")
+        self.books.syncer(t, REJOIN, "reload", m, peer)
+        messages, held, fragments, flying = self.syncs.back(m, t)
+        k = self.roster.last[m][0]
+        messages = self.roster.started(m, messages, k, held, t, now=self.events.clock)
+        for job in flying:  # a merge in flight: its notice above, its reply once merged
+            self.merges.tell(job, m)
+        return dict(leaves=self.theta.assemble(fragments), inner=inner_state, k=k, t=t,
+                    messages=messages, versions=held, life=self.mail.life[m])
 
-    def _arrived(self, p: int, m: int, n: int, since: int, sent_at: float, payload, t) -> None:
-        """An answer reached the syncer (one to a sync already closed, or of a learner down
-        since, is left out: `actors.booking` books it so)."""
-        o = self.open[p]
-        if o is None or o[1] != n or not self.up[m]:
-            return
-        self._act(self.state.sent(p, m, o[0], since * self.tokens, since, sent_at), t)
-        if self.state.holds(p, m, o[0]):
-            self.payloads[p][m] = payload
-        self._act(self.state.arrived(p, m, o[0], t), t)
+    def _check_end(self) -> None:
+        if self.ending.check(self.up):
+            self._by_the_end()
 
-    def _published(self, job: Merge, t: float) -> None:
-        actions = self.state.published(job.p, t)
-        assert actions == [AskAt(job.p, job.next_ask)], (actions, job.next_ask)
-        self._act(actions, t)
-        leaves, diag = job.result
-        self.versions[job.p].append((t, leaves))
-        self.books.syncer(t, PUBLISH, "publish", job.p, job.weights, job.receivers, job.wait_s,
-                          leaves, diag)
+    def _by_the_end(self) -> None:
+        """An answer that arrived after the end, but that the clock's link would have carried by
+        then (sent by the end: on loopback's free link, at once), counts as arrived then."""
+        link, end = self.timeline.cluster.link, self.end
 
-    def _notice(self, m: int, job: Merge) -> tuple:
-        return ("publish", job.published_at, job.p, job.n, m in job.weights, job.next_ask)
+        def arrived(t, kind, p, data):
+            if kind == RESPONSE and t > end:
+                sent = data[3] + link.busy_s(self.theta.nbytes(p)) + link.latency_s
+                return sent if sent <= end else None
+            return None
 
-    def _reply_s(self, p: int, t: float) -> float:  # t_reply: the merged fragment to all up
-        to = [m for m in range(self.M) if self.up[m]]
-        return max(self.links.fan_out(to, self.down_nbytes[p], t, book=False), default=t) - t
-
-    def _leaves(self, fragments: list) -> list:
-        out = [None] * sum(len(f) for f in self.theta.frags)
-        for idx, leaves in zip(self.theta.frags, fragments, strict=True):
-            for i, x in zip(idx, leaves, strict=True):
-                out[i] = x
-        return out
-
-    def _now(self, t: float) -> float:
-        self.clock = max(self.clock, t)
-        return self.clock
+        self.events.retime(arrived)

@@ -81,6 +81,14 @@ class SyncerParams:
         """Θ's leaves, on the host."""
         return [np.asarray(x) for x in self.global_]
 
+    def assemble(self, fragments: list) -> list:
+        """Θ's leaves from each fragment's leaves (`fragments[p]`, in `frags[p]`'s order)."""
+        out = [None] * sum(len(f) for f in self.frags)
+        for idx, leaves in zip(self.frags, fragments, strict=True):
+            for i, x in zip(idx, leaves, strict=True):
+                out[i] = x
+        return out
+
     def params(self):
         """Θ as the model's parameter tree, on the host."""
         return jax.tree.unflatten(self.treedef, self.leaves())

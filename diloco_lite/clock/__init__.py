@@ -29,7 +29,7 @@ tests/test_testbed.py and `actors.measure` measure both on real links.
 The rest of the package turns a config into a *plan* on this clock (`schedule`: the one
 schedule of sends and arrivals; `lockstep`: DDP, DiLoCo, Streaming; `syncer`: Decoupled, whose
 decisions are the state machine of `syncer_state` and the learners' side `learner_rules`,
-which a real runtime drives too).
+which a real runtime drives too, booked in `booking`'s order on both).
 """
 
 from __future__ import annotations

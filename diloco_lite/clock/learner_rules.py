@@ -8,8 +8,8 @@ simulated clock (`clock.syncer.plan_decoupled`), tells each one what it hears, t
 the syncer returns to the driver's `on_action(action, t)` (the driver sets the timers and
 carries closes down its links), after doing the learners' part of it (an `Ask` reaches the
 learners it names; a `Close` puts its answers in the merge and leaves out those still on the
-wire). The actor runtime books the same events from what its learners report
-(`actors.booking`).
+wire). Each event is booked by `clock.booking`, the one booking order, which the actor runtime
+follows too when it books the same events from what its learners report (`actors.booking`).
 
 Besides the learners' rules (`learner_side`): a learner hears of a close with its publish, so
 an answer it sends in between is booked as sent and left out at once (`boundary`); a failed
@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from . import booking
 from .learner_side import LearnerSide
 from .recorder import FRESH, Recorder
 from .syncer_state import Ask, Close, SyncerState, token_weight
 
-__all__ = ["FRESH", "LearnerRules", "book_flush", "flush_weights", "peer_of"]
+__all__ = ["FRESH", "LearnerRules", "flush_weights", "peer_of"]
 
 
 class LearnerRules:
@@ -60,10 +61,8 @@ class LearnerRules:
             if isinstance(a, Ask):
                 for m in a.learners:
                     self.sides[m].ask(a.p, a.sync)
-            elif isinstance(a, Close):
-                self.rec.closing(a.p, a.weights)  # its answers are in the merge from now on
-                for m in a.dropped:
-                    self.rec.drop(a.p, m)  # closed without it: its work stays unmerged in m
+            elif isinstance(a, Close):  # its answers in the merge, those on the wire out
+                booking.close(self.rec, a.p, a.weights, a.dropped)
             self.on_action(a, t)
 
     # ---- the syncer's events, passed on ---------------------------------------------------------
@@ -84,22 +83,19 @@ class LearnerRules:
         """Learner m finished its next step at t: booked; returns the answers it sends now,
         [(fragment, sync)] (each told to the syncer and booked as sent; one sent after its
         sync closed is left out at once: its work stays unmerged)."""
-        rec = self.rec
-        rec.step(m, self.sides[m].k, t)
-        answers = []
+        k, answers, booked = self.sides[m].k, [], []
         for p, sync, since in self.sides[m].boundary():
             self.act(self.syncer.sent(p, m, sync, since * self.tokens, since, t), t)
-            rec.send(p, [m], t)
-            if not self.syncer.holds(p, m, sync):
-                rec.drop(p, m)  # too late: the sync closed before it left
+            booked.append((p, not self.syncer.holds(p, m, sync)))  # too late: closed before
             answers.append((p, sync))
+        booking.step(self.rec, m, k, t, booked)
         return answers
 
     def apply(self, m: int, t: float) -> list[int]:
         """At a step boundary of learner m: the fragments it applies now (rule 2), booked."""
         now = self.sides[m].apply()
+        booking.apply(self.rec, m, now, t)
         for p in now:
-            self.rec.arrive(p, [m], t)
             self.act(self.syncer.applied(m, p, t), t)
         return now
 
@@ -107,7 +103,7 @@ class LearnerRules:
         """Fragment p's merge (`weights`, from a `Close`) reached `receivers` (the learners up
         at the close) at t: booked; each learner up is to apply it (rule 2). Returns those
         learners."""
-        self.rec.close(p, weights, t, receivers=receivers, wait_s=wait_s)
+        booking.publish(self.rec, p, weights, t, receivers=receivers, wait_s=wait_s)
         got = [m for m in range(self.M) if self.up[m]]
         for m in got:
             self.sides[m].published(p, m in weights)
@@ -117,7 +113,7 @@ class LearnerRules:
     def failed(self, m: int, t: float) -> None:
         """Learner m went down at t: out of the merges and of the quorum."""
         self.sides[m].failed()
-        self.rec.fail(m)
+        booking.fail(self.rec, m)
         self.act(self.syncer.failed(m, t), t)
 
     def peer(self, m: int) -> int:
@@ -128,7 +124,7 @@ class LearnerRules:
         """Learner m is back at t, holding every newest Θ_p and `peer`'s inner optimizer state
         (`FRESH`: a fresh one); the open syncs it had not answered ask it again."""
         self.sides[m].back()
-        self.rec.reload(m, peer, t)
+        booking.reload(self.rec, m, peer, t)
         self.act(self.syncer.back(m, t), t)
 
     # ---- the end --------------------------------------------------------------------------------
@@ -138,15 +134,8 @@ class LearnerRules:
         return flush_weights(self.syncer.end(t), self.rec.since, self.tokens)
 
     def flushed(self, p: int, weights: dict, t: float) -> None:
-        """The flush of fragment p from `weights`' learners is done: booked (`book_flush`)."""
-        book_flush(self.rec, p, weights, t)
-
-
-def book_flush(rec: Recorder, p: int, weights: dict, t: float) -> None:
-    """The end-of-run flush of fragment p from `weights`' learners, booked on `rec`: their
-    answers (bytes up) and the plain weighted mean."""
-    rec.send(p, list(weights), t, flush=True)
-    rec.close(p, weights, t, flush=True)
+        """The flush of fragment p from `weights`' learners is done: booked (`booking.flush`)."""
+        booking.flush(self.rec, p, weights, t)
 
 
 def peer_of(up: list, m: int) -> int:

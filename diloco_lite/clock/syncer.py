@@ -22,7 +22,8 @@ step times and failure windows (`Timeline`), and the FIFO timing of the links (d
    copy after the other from the syncer's host; it is published when the last has arrived,
    and that message also tells the learners that the sync is closed;
 3. at equal times an ask reaches a learner that finishes a step at that very time; a step's
-   answers go before the merges of that instant, which go before the learners' applies.
+   answers go before the merges of that instant, which go before the learners' applies (the
+   booking order, `clock.booking`, which the actor runtime's books follow too).
 
 A failed learner is back at its window's end. At the end, what is in flight is published and
 the syncer flushes the rest (plain weighted average, no outer momentum). A run whose learners
@@ -42,14 +43,15 @@ import math
 import warnings
 
 from . import Links, Timeline
+from .booking import APPLY, ASK, BOUNDARY, DEADLINE, END, FAIL, PUBLISH, REJOIN, RESPONSE, evals_due
 from .learner_rules import LearnerRules
 from .recorder import Recorder
 from .schedule import Schedule
 from .syncer_state import AskAt, Close, SetDeadline, SyncerState
 
-# Order of events at equal times: an ask reaches a learner that finishes a step at that very
-# time; a step's sends go before the merges of that instant, which go before the arrivals.
-ASK, BOUNDARY, RESPONSE, DEADLINE, PUBLISH, APPLY, FAIL, REJOIN, END = range(9)
+# (the order of events at equal times, ASK … END, is the booking order's: `clock.booking`)
+__all__ = ["APPLY", "ASK", "BOUNDARY", "DEADLINE", "END", "FAIL", "PUBLISH", "REJOIN", "RESPONSE",
+           "plan_decoupled"]
 
 
 def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, *, steps: int,
@@ -123,8 +125,8 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
         elif kind == APPLY:
             (m,) = data
             rules.apply(m, t)
-            while evals and processed >= evals[0] * M:
-                rec.eval(evals.pop(0), t)
+            for e in evals_due(evals, processed, M):
+                rec.eval(e, t)
             if processed < budget:
                 start_step(m, t)
         elif kind == FAIL:
