@@ -31,9 +31,9 @@ from .measure import time_to
 
 METHODS = ("ddp", "ddp-bf16", "diloco", "diloco-4bit", "streaming", "decoupled")
 LABELS = {"ddp": "DDP, fp32 gradients", "ddp-bf16": "DDP, bf16 gradients",
-          "diloco": "DiLoCo H=40, fp32", "diloco-4bit": "DiLoCo H=40, 4-bit",
-          "streaming": "Streaming DiLoCo H=40, P=4, τ=2, 4-bit",
-          "decoupled": "Decoupled DiLoCo (as Streaming, K=1, grace, 4-bit down; + a syncer host)"}
+          "diloco": "DiLoCo, fp32", "diloco-4bit": "DiLoCo, 4-bit",
+          "streaming": "Streaming DiLoCo, P=4, τ=2, 4-bit",
+          "decoupled": "Decoupled DiLoCo (as Streaming; K=1, grace, 4-bit down; + a syncer host)"}
 PUBLISHED = 20.0  # the seeds' "more than 20× faster than DDP over slow links"
 
 
@@ -128,8 +128,9 @@ def result_rows(table: pd.DataFrame, decoupling: pd.DataFrame | None = None) -> 
     simulated one, the two factors of Decoupled's (measured and simulated), and a learner's and
     the syncer's host's bytes on the wire ÷ (booked + control); with `decoupling` (the
     decoupling rows' table) each method's measured ÷ simulated time to the target and goodput."""
+    H = f"H={int(table.inner_steps.iloc[0])}, " if "inner_steps" in table else ""
     config = (f"{int(table.learners.iloc[0])} learner hosts on the testbed (Decoupled: + the "
-              f"syncer's), default model, {int(table.steps.iloc[0])} steps, same tokens; H=40, "
+              f"syncer's), default model, {int(table.steps.iloc[0])} steps, same tokens; {H}"
               "P=4, tau=2, 4-bit where the method has bits; compilation and evaluations left out")
     slowest = table.gbit_per_s.min()
     rows = []
