@@ -141,8 +141,8 @@ def test_a_window_is_timed_at_its_pace_over_the_full_loss_curve(monkeypatch):
         out = []
         for c in configs:
             steps = np.array(eval_points(c), float)
-            if c.steps == 6:  # the window: 2 steps that compile (5 s), then 0.5 s a step
-                train = np.where(steps <= 2, 5.0, 5.0 + 0.5 * (steps - 2))
+            if c.steps == 6:  # the window: 2 steps that compile (5 s), 0.5 s a step, then 0.25
+                train = np.interp(steps, [2, 4, 8], [5.0, 6.0, 7.0])
                 sim = 0.4 * steps
             else:
                 train, sim = 0.1 * steps, 0.2 * steps
@@ -164,7 +164,9 @@ def test_a_window_is_timed_at_its_pace_over_the_full_loss_curve(monkeypatch):
                                                           ("ddp", 1), ("diloco", 1)]
     ddp, diloco = runs[0], runs[1]
     assert ddp["how"] == "window of 4 steps" and diloco["how"] == "end to end"
-    np.testing.assert_allclose(ddp["measured"].time_s, [2.0, 4.0, 6.0])  # 0.5 s × 4, 8, 12
+    # from the row at step 2 (5 s) to the last, step 6 (6.5 s): 0.375 s a step, times the full
+    # curve's steps 4, 8, 12
+    np.testing.assert_allclose(ddp["measured"].time_s, [1.5, 3.0, 4.5])
     np.testing.assert_allclose(ddp["simulated"].time_s, [1.6, 3.2, 4.8])  # 0.4 s a step
     np.testing.assert_allclose(ddp["measured"].val_loss, [2.9, 2.8, 2.7])
     assert ddp["booked_per_host"] == 600.0  # the full run's 1200 bytes over 2 hosts

@@ -161,9 +161,9 @@ def measure(learners: int, steps: int, inner_steps: int, speeds: tuple, repeats:
     for gbit in speeds:
         cfgs = methods(learners, steps, inner_steps, cluster(gbit))
         lock = {n: c for n, c in cfgs.items() if n != "decoupled"}
-        windows = {n: tuple(window) for n in ("ddp", "ddp-bf16") if vr.predicted_s(
-            lock[n], float(cal["curves"][n].comm_bytes.iloc[-1]) / learners / steps)
-            > max_run_s}
+        windows = {n: tuple(window) for n in ("ddp", "ddp-bf16") if n in lock and
+                   vr.predicted_s(lock[n], float(cal["curves"][n].comm_bytes.iloc[-1])
+                                  / learners / steps) > max_run_s}
         runs += vr.lockstep_runs(gbit, lock, repeats, cal["curves"], windows)
         say(f"{gbit * 1e3:g} Mbit/s: lock-step rows ({', '.join(windows) or 'no'} windowed)")
         sim, res = vr.simulated(cfgs["decoupled"])
