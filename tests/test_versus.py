@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import diloco_lite as dl
-from diloco_lite.actors import versus, versus_runs, versus_table
+from diloco_lite.actors import versus, versus_runs
 from diloco_lite.clock import Cluster, Link
 from diloco_lite.training import eval_points
 from tests.helpers import tiny_run

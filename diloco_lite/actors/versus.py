@@ -65,8 +65,15 @@ import pandas as pd
 from ..clock import Cluster, Link
 from ..config import DDP, DecoupledDiLoCo, DiLoCo, RunConfig, StreamingDiLoCo
 from .versus_runs import control, wire_rows  # noqa: F401 - the table's byte columns
-from .versus_table import (cells, decomposition, decoupling_markdown,  # noqa: F401
-                           markdown, ratio, result_rows, speedups)
+from .versus_table import (  # noqa: F401
+    cells,
+    decomposition,
+    decoupling_markdown,
+    markdown,
+    ratio,
+    result_rows,
+    speedups,
+)
 
 MBIT = 1e-3  # Gbit/s
 AT = 10 * MBIT  # the decoupling rows' link

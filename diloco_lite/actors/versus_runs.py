@@ -143,7 +143,7 @@ def lockstep_runs(gbit: float, configs: dict[str, RunConfig], repeats: int, curv
                 for (_, _, c), res in zip(jobs, results, strict=True))
     wire = float(np.mean([s["tx_bytes"] for s in sent])) / model if sent else np.nan
     runs = []
-    for (r, name, c), res in zip(jobs, results, strict=True):
+    for (r, name, _), res in zip(jobs, results, strict=True):
         h = res.history
         run = {key: gbit, "method": name, "repeat": r, "lockstep_wire_over_model": wire,
                "booked_per_host": float(h.comm_bytes.iloc[-1]) / M,
