@@ -322,3 +322,9 @@ def test_the_docs_show_the_committed_table():
     shown = versus.markdown(table) + "\n\n" + versus.decoupling_markdown(decoupling)
     assert (root / "figures" / "versus.md").read_text().strip() == shown
     assert versus.markdown(table) in (root / "docs" / "systems.md").read_text()
+
+
+def test_a_runs_startup_is_its_first_block_beyond_the_pace_of_the_rest():
+    # rows at steps 10, 20, 30: 0.05 s a step after the first row, which took 5 s for 10 steps
+    h = pd.DataFrame(dict(step=[10, 20, 30], train_time_s=[5.0, 5.5, 6.0]))
+    assert versus_runs.startup_s(h) == pytest.approx(5.0 - 10 * 0.05)

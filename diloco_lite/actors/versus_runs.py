@@ -156,9 +156,18 @@ def lockstep_runs(gbit: float, configs: dict[str, RunConfig], repeats: int, curv
                        booked_per_host=float(curves[name].comm_bytes.iloc[-1]) / M)
         else:
             run.update(how="end to end", measured=curve(h, "train_time_s"),
-                       simulated=curve(h, "sim_time_s"))
+                       simulated=curve(h, "sim_time_s"), startup_s=startup_s(h))
         runs.append(run)
     return runs
+
+
+def startup_s(history: pd.DataFrame) -> float:
+    """What the first block of a run took beyond its steps at the pace of the rest (compilation,
+    or loading compiled programs): the time of its first row less its steps at the seconds
+    per step from there to the last row, `train_time_s`. A check that compilation is out."""
+    h = history
+    pace = (h.train_time_s.iloc[-1] - h.train_time_s.iloc[0]) / (h.step.iloc[-1] - h.step.iloc[0])
+    return float(h.train_time_s.iloc[0] - h.step.iloc[0] * pace)
 
 
 def flush_end_s(result) -> float:
