@@ -137,7 +137,10 @@ def test_a_window_is_timed_at_its_pace_over_the_full_loss_curve(monkeypatch):
         def sent_since(self, before):
             return None
 
+    launched = []
+
     def fake_launch(configs, **kw):
+        launched.extend(configs)
         out = []
         for c in configs:
             steps = np.array(eval_points(c), float)
@@ -160,6 +163,8 @@ def test_a_window_is_timed_at_its_pace_over_the_full_loss_curve(monkeypatch):
     full = pd.DataFrame(dict(step=[4.0, 8.0, 12.0], val_loss=[2.9, 2.8, 2.7],
                              comm_bytes=[400.0, 800.0, 1200.0]))
     runs = versus_runs.lockstep_runs(0.01, configs, 2, {"ddp": full}, {"ddp": (2, 4)})
+    # first a warm-up of the method measured end to end (left out), then the repeats in turn
+    assert [c.steps for c in launched] == [12, 6, 12, 6, 12]
     assert [(r["method"], r["repeat"]) for r in runs] == [("ddp", 0), ("diloco", 0),
                                                           ("ddp", 1), ("diloco", 1)]
     ddp, diloco = runs[0], runs[1]

@@ -26,10 +26,11 @@ clock beside each cell is `train` of the very same config: the lock-step run's o
 (its numbers equal a one-process run's), Decoupled DiLoCo's `train(config)`.
 
 **Each cell** is the time to the target loss, from the run's clock start to the interpolated
-crossing of the target (`measure.time_to`), compilation and evaluations left out: the lock-step
-processes load their programs from the disk cache (`calibrate` compiled them; a load stays
-inside) and their `train_time_s` leaves process 0's evaluations out (the others may run ahead
-by at most that long: `eval_s`); the actors' clock starts when every learner is ready, and the
+crossing of the target (`measure.time_to`), compilation and evaluations left out: each launch
+first runs every lock-step method once, unmeasured, so that the measured runs reuse its compiled
+programs (`startup_s`, a run's first block beyond the pace of the rest, checks it), and their
+`train_time_s` leaves process 0's evaluations out (the others may run ahead by at most that
+long: `eval_s`); the actors' clock starts when every learner is ready, and the
 end-of-run flush is inside (`versus_runs.flush_end_s`). The target at each speed is the worst
 final held-out loss among every run there (`target_loss`; the simulated clock's among its own).
 A DDP run whose clock says it would last longer than `max_run_s` (1 and 10 Mbit/s) is measured
@@ -155,9 +156,8 @@ def measure(learners: int, steps: int, inner_steps: int, speeds: tuple, repeats:
     began = time.perf_counter()
     say = lambda what: print(f"[versus] {time.perf_counter() - began:6.0f} s  {what}",  # noqa
                              flush=True)
-    lockstep = {n: c for n, c in methods(learners, steps, inner_steps).items()
-                if n != "decoupled"}
-    cal = vr.calibrate(learners, probe_steps, lockstep)
+    ddps = {n: c for n, c in methods(learners, steps, inner_steps).items() if "ddp" in n}
+    cal = vr.calibrate(learners, probe_steps, ddps)  # and DDP's loss curves, for its windows
     say(f"calibrated: t = {cal['t_step']:.4f} s a step, {cal['hop_s'] * 1e3:.2f} ms a hop")
 
     def cluster(gbit):

@@ -2,21 +2,19 @@
 run of `versus_table` (a dict: method, how, measured and simulated [step, val_loss, time_s]).
 
 - `calibrate`: on loopback, the lock-step compute seconds per step and gloo's fixed cost per
-  ring hop, as the `links` job measures them (`distributed.measure`); the same launch runs each
-  lock-step method once at full length, which leaves their compiled programs in the disk cache
-  (`COMPILE_CACHE`) for the measured launches and gives their loss curves.
+  ring hop, as the `links` job measures them (`distributed.measure`); the same launch runs the
+  DDP rows once at full length, for their loss curves.
 - `lockstep_runs`: every repeat of every lock-step method at one link speed in one launch on a
-  `Testbed` of M hosts (real gloo collectives through the throttled links); `window_config` for
-  a DDP run that would last too long.
+  `Testbed` of M hosts (real gloo collectives through the throttled links), after a warm-up run
+  of each (a process keeps the compiled programs of a config's shapes and schedule, so the
+  measured runs compile nothing); `window_config` for a DDP run that would last too long.
 - `decoupled_run`: Decoupled DiLoCo on the actor runtime, on a `Testbed` of M + 1 hosts.
 - `wire_rows`, `control`: its bytes on the wire beside the booked ones and the control traffic.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 
 import numpy as np
 import pandas as pd
@@ -25,28 +23,6 @@ from ..clock import Link, exchange_cost
 from ..config import DDP, DiLoCo, RunConfig
 
 START_IN_S = 0.5  # `train_actors`' default start_in_s: its clock starts that long after the meter
-
-
-@contextlib.contextmanager
-def compile_cache():
-    """The launched processes keep their compiled programs in the library's disk cache
-    (`devices.enable_compilation_cache`'s folder, through JAX's environment variables), so that
-    a run of a program compiled before loads it instead of compiling inside its clock."""
-    from ..devices import enable_compilation_cache
-
-    env = {"JAX_COMPILATION_CACHE_DIR": str(enable_compilation_cache()),
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def curve(history: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -76,8 +52,8 @@ def calibrate(learners: int, probe_steps: int, full: dict[str, RunConfig]) -> di
     step (a DiLoCo run with H = half its steps, measured from its first sync to its second, as
     the `links` job does: every process enters that window together); `hop_s`, gloo's fixed
     cost per ring hop (a DDP run's seconds per step over the same window, less `t_step`, over
-    its 2(M − 1) hops); `curves`: each of `full`'s lock-step runs' history (run here first,
-    which also compiles their programs into the disk cache)."""
+    its 2(M − 1) hops); `curves`: the history of each of `full`'s runs (the full loss curves
+    of the runs `lockstep_runs` windows)."""
     from ..distributed.launch import launch
 
     def probe(algo):
@@ -85,10 +61,9 @@ def calibrate(learners: int, probe_steps: int, full: dict[str, RunConfig]) -> di
                          eval_every=probe_steps // 4, eval_batches=1)
 
     names = list(full)
-    with compile_cache():
-        diloco, ddp, *rest = launch(
-            [probe(DiLoCo(inner_steps=probe_steps // 2)), probe(DDP())] + list(full.values()),
-            processes=learners, devices_per_process=1, echo=False, timeout_s=1800)
+    diloco, ddp, *rest = launch(
+        [probe(DiLoCo(inner_steps=probe_steps // 2)), probe(DDP())] + list(full.values()),
+        processes=learners, devices_per_process=1, echo=False, timeout_s=1800)
     t_step = window_rate(diloco.history, "train_time_s", probe_steps // 2)
     hops = exchange_cost(learners, gather=False)[1]
     ddp_s = window_rate(ddp.history, "train_time_s", probe_steps // 2)
@@ -120,7 +95,10 @@ def lockstep_runs(gbit: float, configs: dict[str, RunConfig], repeats: int, curv
                   windows: dict[str, tuple[int, int]], key: str = "gbit_per_s") -> list[dict]:
     """Every repeat of every config of `configs` (lock-step methods, each config's Cluster with
     the link of `gbit` Gbit/s) in one launch on a `Testbed` of M hosts, the repeats in turn
-    (r = 0: every method, r = 1: every method, ...). A method in `windows` ({name: (lead,
+    (r = 0: every method, r = 1: every method, ...), after one warm-up run of each method
+    measured end to end, left out (the programs of a run's shapes and schedule are compiled
+    once per process, `algorithms`' caches: the measured runs then compile nothing; a windowed
+    run compiles in its lead, before its window). A method in `windows` ({name: (lead,
     window)}) runs cut (`window_config`): its seconds per step over the window times its full
     loss curve (`curves`, from `calibrate`). Every run of the launch carries the hosts' bytes on
     the wire over the launch ÷ their booked bytes times the collectives' factors
@@ -128,12 +106,12 @@ def lockstep_runs(gbit: float, configs: dict[str, RunConfig], repeats: int, curv
     from ..distributed.launch import launch
     from ..distributed.testbed import Testbed
 
-    jobs = []
+    jobs = [(-1, name, c) for name, c in configs.items() if name not in windows]
     for r in range(repeats):
         for name, c in configs.items():
             jobs.append((r, name, window_config(c, *windows[name]) if name in windows else c))
     M = next(iter(configs.values())).workers
-    with Testbed(M, Link(gbit_per_s=gbit), quiet=True) as bed, compile_cache():
+    with Testbed(M, Link(gbit_per_s=gbit), quiet=True) as bed:
         before = bed.counters()
         results = launch([c for _, _, c in jobs], processes=M, devices_per_process=1,
                          testbed=bed, echo=False, timeout_s=3600)
@@ -144,6 +122,8 @@ def lockstep_runs(gbit: float, configs: dict[str, RunConfig], repeats: int, curv
     wire = float(np.mean([s["tx_bytes"] for s in sent])) / model if sent else np.nan
     runs = []
     for (r, name, _), res in zip(jobs, results, strict=True):
+        if r < 0:
+            continue  # a warm-up
         h = res.history
         run = {key: gbit, "method": name, "repeat": r, "lockstep_wire_over_model": wire,
                "booked_per_host": float(h.comm_bytes.iloc[-1]) / M,
