@@ -187,6 +187,7 @@ def measure(learners: int, steps: int, inner_steps: int, speeds: tuple, repeats:
     table = speedups(cells(runs))
     table = table.assign(learners=learners, steps=steps, inner_steps=inner_steps,
                          step_time_s=cal["t_step"], hop_s=cal["hop_s"])
+    print(markdown(table), flush=True)  # kept in the log should the decoupling rows fail
     row = methods(learners, steps, inner_steps, cluster(AT))["decoupled"]
     res = sims.get(AT) or vr.simulated(row)[1]
     druns = []
