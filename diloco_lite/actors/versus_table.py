@@ -226,5 +226,9 @@ def decoupling_markdown(table: pd.DataFrame) -> str:
             f"| {r['scenario']} | {r['method']} | {r['target_loss']:.3f} / "
             f"{r['sim_target_loss']:.3f} | {r['s']:.3g} / {r['sim_s']:.3g} | "
             f"{r['measured_over_sim']:.2f} | {r['goodput']:.2f} / {r['sim_goodput']:.2f} | "
-            f"{r.get('lockstep_sim_s', np.nan):.3g} |")
+            f"{_or_dash(r.get('lockstep_sim_s', np.nan))} |")
     return "\n".join(lines)
+
+
+def _or_dash(x: float) -> str:
+    return f"{x:.3g}" if np.isfinite(x) else "–"
