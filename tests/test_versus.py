@@ -333,3 +333,19 @@ def test_a_runs_startup_is_its_first_block_beyond_the_pace_of_the_rest():
     # rows at steps 10, 20, 30: 0.05 s a step after the first row, which took 5 s for 10 steps
     h = pd.DataFrame(dict(step=[10, 20, 30], train_time_s=[5.0, 5.5, 6.0]))
     assert versus_runs.startup_s(h) == pytest.approx(5.0 - 10 * 0.05)
+
+
+def test_the_decoupling_rows_time_the_lockstep_reference_to_the_clocks_target():
+    steps = [10, 20, 30, 40]
+    runs = [dict(scenario="killed", method=m, repeat=0, how="end to end", goodput=g,
+                 measured=history(steps, [3.0, 2.6, 2.2, final - 0.05], [1, 2, 3, 4]),
+                 simulated=history(steps, [3.0, 2.6, 2.2, final], [1, 2, 3, 4]))
+            for m, final, g in (("diloco", 2.0, 0.7), ("decoupled", 2.1, 0.9))]
+    # the lock-step method itself on the clock: not part of the target
+    runs[0]["lockstep"] = history(steps, [3.0, 2.6, 2.2, 1.5], [2, 4, 6, 8])
+    t = versus.cells(runs, by="scenario").set_index("method")
+    assert t.sim_target_loss["diloco"] == 2.1  # decoupled's final, the worse one
+    assert t.target_loss["diloco"] == pytest.approx(2.05)  # measured: its own
+    # 2.1 lies a seventh of the way from 2.2 (6 s) to 1.5 (8 s): 0.1 of 0.7
+    assert t.lockstep_sim_s["diloco"] == pytest.approx(6.0 + 2.0 / 7)
+    assert np.isnan(t.lockstep_sim_s["decoupled"]) and t.goodput["decoupled"] == 0.9
