@@ -53,9 +53,16 @@ def test_the_simulated_clock_has_its_own_target_among_its_own_runs():
                 sim_times=[1, 2, 3, 4], sim_losses=[2.9, 2.5, 2.4, 2.4])]
     t = versus.cells(runs).set_index("method")
     assert t.sim_target_loss["ddp"] == 2.4 and t.target_loss["ddp"] == 2.3
-    # the clock's DDP: 2.4 halfway between 2.6 (4 s) and 2.2 (6 s)
-    assert t.sim_s["ddp"] == pytest.approx(5.0)
-    assert t.sim_s["decoupled"] == pytest.approx(3.0)  # its first row at 2.4
+    # the clock's DDP to its own target: 2.4 halfway between 2.6 (4 s) and 2.2 (6 s)
+    assert t.sim_own_s["ddp"] == pytest.approx(5.0)
+    assert t.sim_own_s["decoupled"] == pytest.approx(3.0)  # its first row at 2.4
+    # ... and to the measured target (measured ÷ clock compares the same loss): 2.3 three
+    # quarters of the way from 2.6 (4 s) to 2.2 (6 s); the clock's Decoupled never gets there
+    assert t.sim_s["ddp"] == pytest.approx(5.5)
+    assert t.measured_over_sim["ddp"] == pytest.approx(2.75 / 5.5)
+    assert np.isnan(t.sim_s["decoupled"])
+    assert versus.speedups(versus.cells(runs)).set_index("method").sim_speedup[
+        "decoupled"] == pytest.approx(5.0 / 3.0)
 
 
 def test_repeats_give_the_median_and_the_min_and_max_and_extras_their_mean():
@@ -345,7 +352,8 @@ def test_the_decoupling_rows_time_the_lockstep_reference_to_the_clocks_target():
     runs[0]["lockstep"] = history(steps, [3.0, 2.6, 2.2, 1.5], [2, 4, 6, 8])
     t = versus.cells(runs, by="scenario").set_index("method")
     assert t.sim_target_loss["diloco"] == 2.1  # decoupled's final, the worse one
-    assert t.target_loss["diloco"] == pytest.approx(2.05)  # measured: its own
-    # 2.1 lies a seventh of the way from 2.2 (6 s) to 1.5 (8 s): 0.1 of 0.7
-    assert t.lockstep_sim_s["diloco"] == pytest.approx(6.0 + 2.0 / 7)
+    assert t.target_loss["diloco"] == pytest.approx(2.05)  # measured: decoupled's, 2.1 - 0.05
+    # timed to the measured target, as `sim_s`: 2.05 lies 0.15 of 0.7 of the way from 2.2
+    # (6 s) to 1.5 (8 s)
+    assert t.lockstep_sim_s["diloco"] == pytest.approx(6.0 + 2.0 * 0.15 / 0.7)
     assert np.isnan(t.lockstep_sim_s["decoupled"]) and t.goodput["decoupled"] == 0.9

@@ -32,7 +32,9 @@ programs (`startup_s`, a run's first block beyond the pace of the rest, checks i
 `train_time_s` leaves process 0's evaluations out (the others may run ahead by at most that
 long: `eval_s`); the actors' clock starts when every learner is ready, and the
 end-of-run flush is inside (`versus_runs.flush_end_s`). The target at each speed is the worst
-final held-out loss among every run there (`target_loss`; the simulated clock's among its own).
+final held-out loss among every run there (`target_loss`); the simulated clock's seconds beside
+a cell are to that same loss (`sim_s`: measured ÷ simulated compares like with like), its
+speed-ups to its own target, the worst of its own runs' final losses (`sim_own_s`).
 A DDP run whose clock says it would last longer than `max_run_s` (1 and 10 Mbit/s) is measured
 over a window of `window[1]` steps after `window[0]` that compile and evaluate, all processes
 entering it together, and timed as its seconds per step times its full loss curve (the
