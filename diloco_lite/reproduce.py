@@ -314,7 +314,7 @@ def reproduce(*, quick: bool = False, only: tuple[str, ...] = JOBS, figures_dir=
             from .actors import measure as actors_measure
 
             rows += actors_measure.reproduce_job(figures_dir, quick)
-        else:  # Decoupled DiLoCo against DDP on the testbed's slow links
+        else:  # every method over the testbed's slow links, and the decoupling rows (issue 37)
             from .actors import versus
 
             rows += versus.reproduce_job(figures_dir, quick)

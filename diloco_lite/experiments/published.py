@@ -65,7 +65,9 @@ WHY = {
     ("versus", "wall-clock speed-up over DDP to the same loss, measured", ""):
         "published: 'more than 20×', a 12B model across 4 regions over 2–5 Gbit/s WAN; ours: "
         "4 learner hosts and the syncer's on one 2-core machine, testbed links, a 0.1M model: "
-        "the same mechanism at classroom scale (notebook 08, section 5)",
+        "the same mechanism at classroom scale; the versus rows split it into the communication "
+        "cut (Streaming DiLoCo over DDP) and the decoupling (Decoupled over Streaming) "
+        "(notebook 09)",
     ("goodput", "", ""):
         "timings calibrated on the three 1.2M-chip points; with a fixed cost per failure the "
         "published points do not all fit one curve (notebook 06 explains each miss)",
