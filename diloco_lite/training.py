@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .config import RunConfig, check
+from .validate import check_nonnegative
 
 EVAL_BATCH = 64  # held-out sequences per evaluation batch (RunConfig.eval_batches batches)
 
@@ -113,7 +114,8 @@ def eval_points(config: RunConfig) -> list[int]:
     return sorted({*range(every, config.steps, every), config.steps})
 
 
-def train(config: RunConfig, *, progress: bool = True, init_params=None, plan=None) -> RunResult:
+def train(config: RunConfig, *, progress: bool = True, init_params=None, plan=None,
+          pace_s: float = 0.0) -> RunResult:
     """Run `config` and return its history and final parameters (deterministic given seed).
 
     The clock and schedule are planned first (`clock.plan.make_plan`); the loop then runs the
@@ -121,7 +123,11 @@ def train(config: RunConfig, *, progress: bool = True, init_params=None, plan=No
     a `warm_start` starts from that run's final parameters: `init_params` when given (the run
     cache passes them, `reproduce.params_cached`), else the warm start is trained first.
     `plan`: replay this plan instead of the simulated clock's (e.g. `RunResult.plan` of a run
-    on real actors, `diloco_lite.actors`: what really happened, on the emulated mesh)."""
+    on real actors, `diloco_lite.actors`: what really happened, on the emulated mesh).
+    `pace_s`: an emulated slower chip, `pace_s` seconds of compute added to every step (the
+    loop sleeps that long times a block's steps before the block; the numbers do not change,
+    the wall clock does): `actors.versus` paces the lock-step methods' processes so that their
+    steps take as long as the actor runtime's padded ones."""
     import jax
 
     from .algorithms import make_driver
@@ -129,6 +135,7 @@ def train(config: RunConfig, *, progress: bool = True, init_params=None, plan=No
     from .model import count_params
 
     check(isinstance(config, RunConfig), "config", type(config).__name__, "a RunConfig")
+    check_nonnegative("pace_s", pace_s)
     corpus, model, mesh, optimizer = setup(config)
     params = model.init(config.seed)
     if config.warm_start is not None:
@@ -161,6 +168,8 @@ def train(config: RunConfig, *, progress: bool = True, init_params=None, plan=No
     with _progress(config, progress) as bar, Watchdog(run_label(config)) as watchdog:
         for block in plan.blocks:
             batches, mask = _block_batches(corpus, config, block, own)
+            if pace_s:
+                time.sleep(pace_s * int(block.steps.max(initial=0)))
             state, block_losses, block_diags = driver.run(state, block, batches, mask)
             # Wait for the block before dispatching the next: programs queued ahead can hold
             # XLA:CPU's device threads while a collective waits for its last participants

@@ -107,3 +107,30 @@ print("alive", sum("watchdog" in t.name for t in threading.enumerate()))
     out = run_python(code, DILOCO_LITE_STALL_S="0.5", JAX_NUM_CPU_DEVICES="2")
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["interrupted", "1", "False", "alive", "0"]
+
+
+def test_a_paced_run_sleeps_its_steps_times_pace_before_each_block_and_learns_the_same(
+        monkeypatch):
+    """`train(pace_s=…)`, an emulated slower chip (`actors.versus` paces the lock-step
+    processes with it): before each block it sleeps `pace_s` times the block's steps, so a run
+    sleeps `steps × pace_s` in all, and its numbers are the unpaced run's."""
+    import jax
+
+    import diloco_lite as dl
+    from diloco_lite import training
+    from tests.helpers import tiny_run
+
+    config = tiny_run(dl.DiLoCo(inner_steps=2), steps=6, eval_every=3)
+    slept = []
+    plain = training.train(config, progress=False)
+    monkeypatch.setattr(training.time, "sleep", slept.append)
+    paced = training.train(config, progress=False, pace_s=0.25)
+    # blocks of 2 steps (H = 2; the evaluations at 3 and 6 cut the second and third): 2, 1,
+    # 1, 2 steps -- one sleep per block, of its steps × 0.25 s
+    assert slept, "a paced run never slept"
+    assert sum(slept) == pytest.approx(6 * 0.25)
+    assert all(s in (0.25, 0.5) for s in slept), slept
+    for a, b in zip(jax.tree.leaves(plain.params), jax.tree.leaves(paced.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="pace_s"):
+        training.train(config, progress=False, pace_s=-0.1)

@@ -17,11 +17,15 @@ hosts, the default model, the same tokens (M × `steps` sequences of steps):
 
 The lock-step rows run in one `distributed.launch` per speed over a `Testbed` of M hosts (real
 gloo collectives through the throttled links), every repeat of every method in turn. **Equal
-compute per step**: the lock-step processes run at their natural speed, t seconds a step (M
-processes sharing the machine's cores), which `versus_runs.calibrate` measures on loopback as
-the `links` job does (with gloo's fixed cost per ring hop, which the clock charges as the
-link's latency); Decoupled DiLoCo's learners are padded to the same t (`Cluster.step_time_s`).
-Every row's config carries that `Cluster` (t, the link's rate, the hop cost), so the simulated
+compute per step**, t = `step_time_s` seconds (an emulated chip slower than this machine's):
+`versus_runs.calibrate` measures the lock-step processes' natural compute per step on loopback,
+t₀ (M processes sharing the machine's cores), as the `links` job does (with gloo's fixed cost
+per ring hop, which the clock charges as the link's latency); every lock-step process then
+adds t − t₀ of sleep per step (`train`'s `pace_s`), and Decoupled DiLoCo's learners pad their
+steps to t (`Cluster.step_time_s`). Why not t = t₀: M learner processes, the syncer and Ray's
+own processes cannot keep t₀ on the cores that M lock-step processes fill (a quick run at
+t₀ left the actors' steps 1.7–1.9× slower than their clock, and their loss worse). Every
+row's config carries that `Cluster` (t, the link's rate, the hop cost), so the simulated
 clock beside each cell is `train` of the very same config: the lock-step run's own `sim_time_s`
 (its numbers equal a one-process run's), Decoupled DiLoCo's `train(config)`.
 
@@ -86,10 +90,11 @@ def settings(quick: bool) -> dict:
     """The measurement of `make reproduce` (job `versus`); quick: 2 learners, 60 steps, two
     speeds, one repeat, the killed-learner scenario only, no control-traffic probe."""
     if quick:
-        return dict(learners=2, steps=60, inner_steps=12, speeds=(100 * MBIT, 10 * MBIT),
+        return dict(learners=2, steps=60, inner_steps=12, step_time_s=0.1,
+                    speeds=(100 * MBIT, 10 * MBIT),
                     repeats=1, probe_steps=48, window=(2, 6), max_run_s=15.0,
                     scenarios=("killed",), call_bytes=False)
-    return dict(learners=4, steps=240, inner_steps=40,
+    return dict(learners=4, steps=240, inner_steps=40, step_time_s=0.1,
                 speeds=(1000 * MBIT, 100 * MBIT, 10 * MBIT, 1 * MBIT), repeats=3,
                 probe_steps=160, window=(4, 20), max_run_s=60.0, scenarios=("slow", "killed"),
                 call_bytes=True)
@@ -149,7 +154,8 @@ def decoupling_configs(row: RunConfig, scenario: str, run_s: float) -> dict:
     return out
 
 
-def measure(learners: int, steps: int, inner_steps: int, speeds: tuple, repeats: int,
+def measure(learners: int, steps: int, inner_steps: int, step_time_s: float, speeds: tuple,
+            repeats: int,
             probe_steps: int, window: tuple, max_run_s: float, scenarios: tuple,
             call_bytes: bool, progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The table and the decoupling rows (module docstring), as `versus_table.cells`."""
@@ -160,11 +166,13 @@ def measure(learners: int, steps: int, inner_steps: int, speeds: tuple, repeats:
                              flush=True)
     ddps = {n: c for n, c in methods(learners, steps, inner_steps).items() if "ddp" in n}
     cal = vr.calibrate(learners, probe_steps, ddps)  # and DDP's loss curves, for its windows
-    say(f"calibrated: t = {cal['t_step']:.4f} s a step, {cal['hop_s'] * 1e3:.2f} ms a hop")
+    t = max(step_time_s, cal["t_step"])  # the equal compute per step (module docstring)
+    pace = t - cal["t_step"]
+    say(f"calibrated: t0 = {cal['t_step']:.4f} s a step (paced to t = {t:.4f} s), "
+        f"{cal['hop_s'] * 1e3:.2f} ms a hop")
 
     def cluster(gbit):
-        return Cluster(step_time_s=cal["t_step"], link=Link(gbit_per_s=gbit,
-                                                             latency_s=cal["hop_s"]))
+        return Cluster(step_time_s=t, link=Link(gbit_per_s=gbit, latency_s=cal["hop_s"]))
 
     runs, sims = [], {}
     for gbit in speeds:
@@ -173,7 +181,7 @@ def measure(learners: int, steps: int, inner_steps: int, speeds: tuple, repeats:
         windows = {n: tuple(window) for n in ("ddp", "ddp-bf16") if n in lock and
                    vr.predicted_s(lock[n], float(cal["curves"][n].comm_bytes.iloc[-1])
                                   / learners / steps) > max_run_s}
-        runs += vr.lockstep_runs(gbit, lock, repeats, cal["curves"], windows)
+        runs += vr.lockstep_runs(gbit, lock, repeats, cal["curves"], windows, pace_s=pace)
         say(f"{gbit * 1e3:g} Mbit/s: lock-step rows ({', '.join(windows) or 'no'} windowed)")
         sim, res = vr.simulated(cfgs["decoupled"])
         sims[gbit] = res
@@ -188,7 +196,7 @@ def measure(learners: int, steps: int, inner_steps: int, speeds: tuple, repeats:
             say(f"{gbit * 1e3:g} Mbit/s: Decoupled DiLoCo, repeat {r + 1} of {repeats}")
     table = speedups(cells(runs))
     table = table.assign(learners=learners, steps=steps, inner_steps=inner_steps,
-                         step_time_s=cal["t_step"], hop_s=cal["hop_s"])
+                         step_time_s=t, natural_step_s=cal["t_step"], hop_s=cal["hop_s"])
     print(markdown(table), flush=True)  # kept in the log should the decoupling rows fail
     row = methods(learners, steps, inner_steps, cluster(AT))["decoupled"]
     res = sims.get(AT) or vr.simulated(row)[1]

@@ -92,7 +92,8 @@ def window_config(config: RunConfig, lead: int, window: int) -> RunConfig:
 
 
 def lockstep_runs(gbit: float, configs: dict[str, RunConfig], repeats: int, curves: dict,
-                  windows: dict[str, tuple[int, int]], key: str = "gbit_per_s") -> list[dict]:
+                  windows: dict[str, tuple[int, int]], key: str = "gbit_per_s",
+                  pace_s: float = 0.0) -> list[dict]:
     """Every repeat of every config of `configs` (lock-step methods, each config's Cluster with
     the link of `gbit` Gbit/s) in one launch on a `Testbed` of M hosts, the repeats in turn
     (r = 0: every method, r = 1: every method, ...), after one warm-up run of each method
@@ -102,7 +103,8 @@ def lockstep_runs(gbit: float, configs: dict[str, RunConfig], repeats: int, curv
     window)}) runs cut (`window_config`): its seconds per step over the window times its full
     loss curve (`curves`, from `calibrate`). Every run of the launch carries the hosts' bytes on
     the wire over the launch ÷ their booked bytes times the collectives' factors
-    (`lockstep_wire_over_model`)."""
+    (`lockstep_wire_over_model`). `pace_s`: seconds of compute added to every step of every
+    process (`train`'s `pace_s`: the equal compute of the module `versus`)."""
     from ..distributed.launch import launch
     from ..distributed.testbed import Testbed
 
@@ -114,7 +116,7 @@ def lockstep_runs(gbit: float, configs: dict[str, RunConfig], repeats: int, curv
     with Testbed(M, Link(gbit_per_s=gbit), quiet=True) as bed:
         before = bed.counters()
         results = launch([c for _, _, c in jobs], processes=M, devices_per_process=1,
-                         testbed=bed, echo=False, timeout_s=3600)
+                         testbed=bed, echo=False, timeout_s=3600, pace_s=pace_s)
         sent = bed.sent_since(before)
     model = sum(float(res.final.comm_bytes) / M
                 * exchange_cost(M, gather=not isinstance(c.algorithm, DDP))[0]

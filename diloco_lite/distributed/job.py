@@ -20,6 +20,7 @@ class Job:
     out: str
     progress: bool = False
     heartbeat_s: int = 30
+    pace_s: float = 0.0  # `train`'s: seconds of compute added to every step
 
 
 def resolve_configs(configs: bytes | str) -> list:

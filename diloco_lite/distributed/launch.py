@@ -66,6 +66,7 @@ import time
 from pathlib import Path
 
 from ..config import RunConfig, check, check_int
+from ..validate import check_nonnegative
 from .job import Job, resolve_configs
 
 KILL_GRACE_S = 3.0  # after SIGTERM, before SIGKILL
@@ -78,7 +79,7 @@ class LaunchError(RuntimeError):
 
 def launch(configs, processes: int = 2, devices_per_process: int = 4, *, testbed=None,
            timeout_s: float | None = None, progress: bool = False, echo: bool = True,
-           workdir: str | Path | None = None) -> list:
+           workdir: str | Path | None = None, pace_s: float = 0.0) -> list:
     """Run each config of `configs` (a `RunConfig`, a list of them, or a `"module:function"`
     reference returning either) across `processes` local processes of `devices_per_process`
     CPU devices each; returns process 0's `RunResult`s, one per config, in order.
@@ -86,8 +87,11 @@ def launch(configs, processes: int = 2, devices_per_process: int = 4, *, testbed
     `testbed`: a `testbed.Testbed` (entered) whose hosts the processes run in; default: all on
     this machine's loopback. `echo`: copy process 0's output to this process's stdout.
     `workdir`: where the job, the logs and the results go (default: a new temporary
-    directory); one given must be this user's and writable by no one else (`own_workdir`)."""
+    directory); one given must be this user's and writable by no one else (`own_workdir`).
+    `pace_s`: every process runs `train(config, pace_s=pace_s)` (an emulated slower chip:
+    `pace_s` more seconds of compute per step)."""
     check_int("processes", processes, 1, 64)
+    check_nonnegative("pace_s", pace_s)
     check_int("devices_per_process", devices_per_process, 1, 512)
     resolved, payload = _configs(configs)
     total = processes * devices_per_process
@@ -102,7 +106,7 @@ def launch(configs, processes: int = 2, devices_per_process: int = 4, *, testbed
         host0 = testbed.address(0) if testbed is not None else "127.0.0.1"
         job = Job(configs=payload, processes=processes, devices_per_process=devices_per_process,
                   coordinator=f"{host0}:{_free_port()}", out=str(workdir / "results.pkl"),
-                  progress=progress)
+                  progress=progress, pace_s=float(pace_s))
         (workdir / "job.pkl").write_bytes(pickle.dumps(job))
         children = []
         try:  # a process that fails to start, or Ctrl-C meanwhile, ends the ones started

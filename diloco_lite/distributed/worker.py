@@ -55,7 +55,7 @@ def main(job_path: str, process_id: int) -> int:
                                heartbeat_timeout_seconds=job.heartbeat_s,
                                coordinator_bind_address=job.coordinator)
     configs = resolve_configs(job.configs)
-    results = [dl.train(c, progress=job.progress) for c in configs]
+    results = [dl.train(c, progress=job.progress, pace_s=job.pace_s) for c in configs]
     if process_id == 0:
         # the launcher re-attaches the configs (a config may hold closures, e.g. optax's)
         plain = [dataclasses.replace(r, config=None) for r in results]
