@@ -29,6 +29,7 @@
   start), and `RunResult.plan` holds what really happened as a plan, which
   `training.train(config, plan=result.plan)` replays on the emulated mesh.
 
+The local Ray instance it starts binds the loopback address only (`start_local_ray`).
 Ray is an optional extra (`pip install "diloco_lite[cluster]"`); only this module and
 `actors.ray_actors` (the two actor classes) import it.
 Every actor and the local Ray instance this call started are gone when it returns, fails or
@@ -80,11 +81,7 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
     cache_dir = str(enable_compilation_cache())
     started = not ray.is_initialized()
     if started:
-        with warnings.catch_warnings():  # Ray starts its processes by fork + exec: harmless
-            warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
-            # address="local": a new instance, even where `ray start` left a cluster running
-            ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
-                     log_to_driver=True, logging_level="ERROR", configure_logging=True)
+        start_local_ray(ray)
     learners, syncer = [], None
     try:
         Learner, Syncer = actor_classes()
@@ -132,6 +129,33 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
                        fragments=pd.DataFrame(plan.fragments).rename_axis("fragment")
                        .reset_index(), counters=plan.final, plan=plan, log=out["log"],
                        wire=out.get("wire"))
+
+
+def start_local_ray(ray) -> None:
+    """A new local Ray instance whose node binds the loopback address only (127.0.0.1): its
+    daemons and workers take cloudpickled calls, so with authentication turned off they must not
+    listen on the LAN. Ray 2.60 replaces a node address of 127.0.0.1 by the routable one unless
+    its cluster mode is off (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, read when Ray is imported):
+    it is turned off for this call only (and for the processes it starts, which inherit the
+    variable), so a later `ray.init(address=...)` of this process joins a cluster as before."""
+    from ray._private import ray_constants  # pinned Ray (the cluster extra): 2.60
+
+    var, was = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", ray_constants.ENABLE_RAY_CLUSTER
+    old = os.environ.get(var)
+    os.environ[var], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        with warnings.catch_warnings():  # Ray starts its processes by fork + exec: harmless
+            warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+            # address="local": a new instance, even where `ray start` left a cluster running
+            ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
+                     log_to_driver=True, logging_level="ERROR", configure_logging=True,
+                     _node_ip_address="127.0.0.1")
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = was
+        if old is None:
+            del os.environ[var]
+        else:
+            os.environ[var] = old
 
 
 def _drive(ray, config, syncer, learners, t0, first, progress, stall_s) -> dict:
