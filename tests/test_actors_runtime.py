@@ -41,3 +41,117 @@ def test_the_local_ray_instance_listens_on_loopback_only():
     finally:
         ray.shutdown()
     assert ray_processes() == []
+
+
+# ---- no spin loop ----------------------------------------------------------------------------
+
+def spin_loops(source: str) -> list[int]:
+    """Lines of `source` where a `while` loop sleeps a fixed short time (< 0.1 s) and goes
+    round again: a poll, where a wait on a condition, a queue or a timer belongs."""
+    found = []
+    for loop in (n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.While)):
+        for call in (n for n in ast.walk(loop) if isinstance(n, ast.Call)):
+            f = call.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name == "sleep" and call.args and isinstance(call.args[0], ast.Constant) \
+                    and isinstance(call.args[0].value, int | float) and call.args[0].value < 0.1:
+                found.append(call.lineno)
+    return found
+
+
+def test_spin_loop_check_finds_a_poll():
+    """The check itself, on the loop the syncer had (and on one that waits instead)."""
+    poll = "while True:\n    with lock:\n        x = f()\n    if x is None:\n" \
+           "        time.sleep(0.002)\n        continue\n"
+    assert spin_loops(poll) == [5]
+    assert spin_loops("while True:\n    cv.wait(timeout)\n    time.sleep(max(0.0, t))\n") == []
+
+
+def test_no_spin_loop_is_left_in_the_actor_runtime():
+    polls = {p.name: spin_loops(p.read_text()) for p in sorted(ACTORS.glob("*.py"))}
+    assert {name: lines for name, lines in polls.items() if lines} == {}
+
+
+# ---- numbered messages, lost ones recovered (no Ray) -----------------------------------------
+
+def test_the_mailbox_takes_messages_in_order_once_each():
+    """Sent 1..5, arrived 2, 1, 4, 4 (twice), one for an earlier process, 3: taken in order
+    1, 2, then (once 3 came) 3, 4; a copy of a taken one is dropped."""
+    from diloco_lite.actors.mailbox import Mailbox
+
+    box, got = Mailbox(0), []
+    box.begin(life=1, taken=0)
+    for n in (2, 1, 4, 4):
+        box.put(f"m{n}", None, 1, n)
+    box.put("old", None, 0, 3)  # for process 0 of this learner: dropped
+    assert box.take(lambda msg, reply: got.append(msg))
+    assert got == ["m1", "m2"] and box.taken == 2
+    box.put("m3", None, 1, 3)
+    box.put("m1", None, 1, 1)  # a resent copy of one taken
+    box.take(lambda msg, reply: got.append(msg))
+    assert got == ["m1", "m2", "m3", "m4"] and box.taken == 4 and box.early == {}
+
+
+def test_a_lost_message_is_resent_and_a_lasting_gap_ends_in_message_lost(monkeypatch):
+    """Message 2 of 3 is lost: after `RESEND_S` with nothing new, the learner asks for what came
+    after its last (1), gets 2 and 3 (3 twice: it had come), and takes them once each. When
+    the resends bring nothing, `MessageLost` says what it waited for, after `RESENDS`."""
+    import diloco_lite.actors.mailbox as mailbox
+
+    monkeypatch.setattr(mailbox, "RESEND_S", 0.01)
+    monkeypatch.setattr(mailbox, "RESENDS", 3)
+    sent = [(1, "m1", None), (2, "m2", b"reply"), (3, "m3", None)]
+    box, got, asked = mailbox.Mailbox(4), [], []
+    box.begin(life=0, taken=0)
+    for n, msg, reply in (sent[0], sent[2]):
+        box.put(msg, reply, 0, n)
+
+    def resend(taken):
+        asked.append(taken)
+        return [e for e in sent if e[0] > taken]
+
+    def take(block_s):
+        return box.take(lambda msg, reply: got.append((msg, reply)), block_s)
+
+    box.wait(lambda: box.taken >= 3, take, resend, lambda: "message 3")
+    assert got == [("m1", None), ("m2", b"reply"), ("m3", None)] and asked == [1]
+    with pytest.raises(mailbox.MessageLost, match="learner 4: waited for message 5.*3 resends"):
+        box.wait(lambda: box.taken >= 5, take, resend, lambda: "message 5")
+    assert asked == [1, 3, 3, 3]
+
+
+def test_the_syncers_log_resends_what_came_after_and_forgets_the_rest():
+    from diloco_lite.actors.mailbox import Sent
+
+    log = Sent(2)
+    for n in (4, 5, 6):
+        log.add(1, 0, n, f"m{n}", None)
+    assert [e[0] for e in log.after(1, 0, 4)] == [5, 6]
+    assert log.after(1, 1, 0) == [] and log.after(0, 0, 0) == []  # another process, learner
+    log.add(1, 1, 1, "new", None)  # learner 1's next process: the earlier one's log is void
+    assert log.after(1, 1, 0) == [(1, "new", None)] and log.after(1, 0, 0) == []
+
+
+@needs_ray
+def test_a_message_lost_on_the_way_is_resent_and_the_run_is_the_same():
+    """The synchronous limit (tests/test_actors.py: the simulated run's parameters), with the
+    2nd numbered message to learner 1 lost on the way: learner 1 waits for it, asks again
+    (after 0.05 s here, well within a step: the synchronous limit holds), and the run ends with
+    the simulated run's parameters, a message resent."""
+    import diloco_lite as dl
+    from diloco_lite.actors import train_actors
+    from diloco_lite.clock import Cluster
+    from tests.helpers import max_abs_diff
+    from tests.test_actors import decoupled
+
+    cfg = decoupled(steps=16, cluster=Cluster(step_time_s=0.25))
+    real = train_actors(cfg, progress=False, drop=(1, 2), resend_s=0.05)
+    sim = dl.train(cfg, progress=False)
+    assert max_abs_diff(real.params, sim.params) < 1e-5
+    assert real.final["learner_steps"] == cfg.workers * cfg.steps
+    assert real.runtime["resent"] >= 1
+    cpu = real.runtime["cpu"]
+    assert 0 < cpu["run_cpu_s"] and 0 < cpu["run_s"]
+    clock = real.runtime["clock"]
+    assert len(clock["offsets_s"]) == cfg.workers and clock["rtt_s"] > 0
+    assert ray_processes() == []

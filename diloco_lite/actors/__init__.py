@@ -11,9 +11,11 @@
   rejoins), `roster` (where the learners are between their reports), `budget` (where each
   learner stops) and `booking` (the run booked on the same `Recorder`, from the learners'
   reports); `theta`: its numbers (Θ, the outer states, the merges);
-- `ray_actors`: the two Ray actors (a learner's process, the syncer's);
-- `runtime`: `train_actors(config)`: starts them, kills and restarts learners at the failure
-  windows, flushes at the end.
+- `ray_actors`: the two Ray actors (a learner's process; the syncer's: `syncer_actor`), and
+  `mailbox`: their numbered messages, a lost one sent again;
+- `pool`: the processes of a run, with a warm spare per learner;
+- `runtime`: `train_actors(config)`: starts them, kills learners at the failure windows and
+  puts spares in their place, flushes at the end.
 
 Importing this package imports neither Ray nor JAX's backend; `train_actors` needs Ray (the
 `cluster` extra).
