@@ -28,7 +28,9 @@ class Pool:
     def __init__(self, ray, config, placement: bool, spares: bool | None):
         self.ray, self.config, self.M = ray, config, config.workers
         self.warm = bool(config.cluster.failures) if spares is None else bool(spares)
-        self.where = (lambda k: dict(resources={f"host{k}": 1})) if placement else (  # noqa: E731
+        # pinned by a sliver of the host's resource (`host<k>`: 1 a node), so that a learner
+        # and its spare (and the spares built later) fit on the same host
+        self.where = (lambda k: dict(resources={f"host{k}": 0.01})) if placement else (  # noqa: E731
             lambda k: {})
         self.syncer, self.learners, self.spares = None, [], [None] * self.M
         self.gone: list = []  # processes killed or dead (killed again at the end, to be sure)
