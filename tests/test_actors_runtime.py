@@ -155,3 +155,32 @@ def test_a_message_lost_on_the_way_is_resent_and_the_run_is_the_same():
     clock = real.runtime["clock"]
     assert len(clock["offsets_s"]) == cfg.workers and clock["rtt_s"] > 0
     assert ray_processes() == []
+
+
+# ---- clock offsets (no Ray) --------------------------------------------------------------------
+
+def test_the_clock_offsets_warn_only_beyond_half_of_hold_s_and_its_error_bound():
+    """Offsets (s) and round trips of three learners: the largest |offset| is reported with its
+    round trip; with hold_s = 10 ms a 4 ms offset is fine, and so is 6 ms ± 2 ms (it may be
+    5 ms or less), but 8 ms ± 2 ms certainly exceeds 5 ms: a warning naming the learner."""
+    import types
+    import warnings
+
+    from diloco_lite.actors.pool import Pool
+
+    def pool_with(offsets):
+        fake = types.SimpleNamespace(get=lambda refs: refs)
+        pool = Pool.__new__(Pool)
+        pool.ray, pool.M, pool.syncer = fake, len(offsets), None
+        pool.learners = [types.SimpleNamespace(clock_offset=types.SimpleNamespace(
+            remote=lambda syncer, o=o: o)) for o in offsets]
+        return pool
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = pool_with([(0.001, 0.002), (-0.004, 0.001), (0.002, 0.003)]).clock_offsets(0.01)
+        assert got["max_abs_offset_s"] == 0.004 and got["rtt_s"] == 0.001
+        assert got["offsets_s"] == [0.001, -0.004, 0.002]
+        pool_with([(0.006, 0.004)]).clock_offsets(0.01)
+    with pytest.warns(UserWarning, match="learner 1's clock is -8.0 ms"):
+        pool_with([(0.001, 0.001), (-0.008, 0.004)]).clock_offsets(0.01)
