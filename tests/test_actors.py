@@ -2,9 +2,10 @@
 
 The tests that start Ray are skipped where it is not installed (the `cluster` extra); the others
 run anyway. On Ray: the synchronous limit gives the simulated run's parameters, a learner really
-killed comes back (also when killed again while it restarts), and the recorded run replays to
-its own parameters on the emulated mesh. (The wall-clock syncer driven by hand, without Ray,
-against the simulated clock: tests/test_syncer_runtime.py.)
+killed comes back (a warm spare takes its place; also when killed again), and the recorded run
+replays to its own parameters on the emulated mesh. (The runtime's machinery:
+tests/test_actors_runtime.py; the wall-clock syncer driven by hand, without Ray, against the
+simulated clock: tests/test_syncer_runtime.py.)
 """
 
 import importlib.util
@@ -133,35 +134,41 @@ def test_actors_in_the_synchronous_limit_are_the_simulated_run():
 
 @needs_ray
 def test_a_killed_learner_comes_back_and_the_run_replays():
-    """Learner 1 is killed (through Ray) at 0.6 s; Ray restarts it. Its second window begins
-    at 1.6 s, while the new process is still starting (a restart takes seconds): that process
-    is killed too, and the next one waits out the second window (3 s) before it reloads Θ and
-    a peer's state and answers again. Both kills are logged, one window from the first kill to
-    the rejoin (`real_windows`), and what happened (`result.plan`) replays on the emulated
-    mesh to the same parameters."""
+    """Learner 1 is killed (through Ray, for good) at 0.6 s: the syncer hears of it at once,
+    and its warm spare waits out the window (1.2 s), reloads Θ and a peer's state and trains
+    again. Its second window begins at 1.6 s: the process killed then is the promoted spare
+    (back already, or still waiting to rejoin: then the window it fell in goes on, with no new
+    failure), and the next spare, built in the background, waits out the second window (3 s)
+    before it rejoins and answers again. Each window that really happened (`real_windows`)
+    begins at a logged kill and holds one failure, heard of at the kill; what happened
+    (`result.plan`) replays on the emulated mesh to the same parameters."""
     from diloco_lite.actors import train_actors
     from diloco_lite.actors.measure import real_windows
 
-    # long enough that a slow restart (a new process: Python, JAX, the compiled programs from
-    # the disk cache; up to ~12 s on 2 busy cores) still rejoins and answers before the end
+    # long enough that the second spare (built after the first kill: Python, JAX, the
+    # compiled programs from the disk cache; up to ~20 s on 2 busy cores) rejoins and answers
     windows = ((1, 0.6, 1.2), (1, 1.6, 3.0))
     cfg = decoupled(steps=64, quorum=2, grace_safety=0.5,
                     cluster=Cluster(step_time_s=0.2, failures=windows))
     real = train_actors(cfg, progress=False)
     kinds = [(kind, m) for _, kind, m, _ in real.log if kind in ("fail", "rejoin")]
-    assert kinds == [("fail", 1), ("rejoin", 1)]  # killed again while down: no new failure
+    assert kinds in ([("fail", 1), ("rejoin", 1)] * 2, [("fail", 1), ("rejoin", 1)])
     kills = [t for t, kind, m, _ in real.log if kind == "kill"]
     assert len(kills) == 2
     assert all(w[1] <= t < w[1] + 3.0 for t, w in zip(kills, windows, strict=True))
-    [back] = [t for t, kind, m, _ in real.log if kind == "rejoin"]
-    assert back >= windows[1][2]  # never back inside a window
-    [(m, kill, rejoin, seen)] = real_windows(real)
-    assert (m, kill, rejoin) == (1, kills[0], back) and kill <= seen < back
-    assert real.final["failures"] == 1 and real.final["lost_steps"] > 0
+    backs = [t for t, kind, m, _ in real.log if kind == "rejoin"]
+    happened = real_windows(real)
+    assert len(happened) == len(backs) == real.final["failures"]
+    for (m, kill, rejoin, seen), back in zip(happened, backs, strict=True):
+        assert m == 1 and kill in kills and rejoin == back and kill <= seen < back
+        assert any(kill < w[2] <= back for w in windows), (happened, windows,
+                                                            real.runtime["kills"])
+    assert real.final["lost_steps"] > 0
     assert real.final["learner_steps"] == cfg.workers * cfg.steps
     steps = [len(t) for t in real.plan.step_time]
     assert steps[1] < steps[0] and sum(steps) == cfg.workers * cfg.steps
-    assert any(m == 1 and kind == "answer" and t > back for t, kind, m, _ in real.log)
+    assert any(m == 1 and kind == "answer" and t > backs[-1] for t, kind, m, _ in real.log)
+    assert [k["learner"] for k in real.runtime["kills"]] == [1, 1]
     replay = dl.train(cfg, progress=False, plan=real.plan)
     # 64 AdamW steps a learner: float rounding that differs between one device per learner and
     # 8 devices, vmapped, grows to ~1e-4 (the same plan replayed on 1 and on 8 devices differed

@@ -13,9 +13,11 @@
   numbered messages to each learner's process), `budget` (where each learner stops) and
   `booking` (the run booked on the same `Recorder`, from the learners' reports, in
   `clock.booking`'s order); `theta`: its numbers (Θ, the outer states, the merges);
-- `ray_actors`: the two Ray actors (a learner's process, the syncer's);
-- `runtime`: `train_actors(config)`: starts them, kills and restarts learners at the failure
-  windows, flushes at the end.
+- `ray_actors`: the two Ray actors (a learner's process; the syncer's: `syncer_actor`), and
+  `inbox`: their numbered messages taken in order, a lost one sent again;
+- `pool`: the processes of a run, with a warm spare per learner;
+- `runtime`: `train_actors(config)`: starts them, kills learners at the failure windows and
+  puts spares in their place, flushes at the end.
 
 Importing this package imports neither Ray nor JAX's backend; `train_actors` needs Ray (the
 `cluster` extra).

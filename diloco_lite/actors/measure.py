@@ -12,17 +12,21 @@ see the same speeds; what the simulated clock does not know is what reality adds
 - `equal`: every learner at `step_time_s`;
 - `slow`: the last learner twice as slow;
 - `failures`: learners killed at a known rate (`FailureRate(mtbf_s, down_s)`, seeded). On
-  actors a failure is a real kill (`ray.kill`) at the window's start. Ray reports the death
-  after a delay (`detect_s`), and the new process is ready after a restart (`restart_s`:
-  Python, JAX, the model, its compiled programs from the disk cache), not before the window's
-  end. The simulated clock knew neither: it is run a second time with the failure windows
-  that really happened (from the logged kill to the rejoin: `real_windows`), the measured
-  reason folded back into the model.
+  actors a failure is a real kill (`ray.kill`) at the window's start; the syncer hears of it
+  at once (`detect_s`), and a warm spare (`actors.pool`) takes the learner's place: ready at
+  the kill (`ready_s`: from the kill until the process that serves next runs; a spare not
+  rebuilt yet after an earlier kill takes longer), it waits out the window, rejoins and
+  steps again (`first_step_s`: from the window's end to its first step, what the simulated
+  clock does not know of; `restart_s`: from the death heard of to the rejoin). The simulated
+  clock is also run with the failure windows that really happened (from the logged kill to
+  the rejoin: `real_windows`), the measured delay folded back into the model.
 
 Per scenario: the run's seconds (its last row), its goodput, and the time to reach lock-step
 DiLoCo's final held-out loss (the same tokens, on the simulated clock; where a run never gets
 there, the worse of the two runs' final losses), measured and simulated, with their ratios;
-for `failures` also the number of failures, `detect_s` and `restart_s`.
+for `failures` also the number of failures, `detect_s`, `restart_s`, `ready_s` and
+`first_step_s`; for every scenario the syncer's CPU share while the learners step
+(`syncer_cpu`) and while idle (`syncer_idle_cpu`), and the messages resent.
 Not in `make test` (minutes); `make reproduce`'s `actors` job runs it where Ray is installed.
 """
 
@@ -112,7 +116,7 @@ def measure(learners: int = 4, steps: int = 240, inner_steps: int = 20,
     target = float(train(runs.pop("target"), progress=progress).final.val_loss)
     rows = []
     for name, config in runs.items():
-        real = train_actors(config, progress=progress)
+        real = train_actors(config, progress=progress, idle_s=3.0)
         sim = train(config, progress=progress)
         # the target: DiLoCo's final loss, or the worse of the two runs' when one misses it
         worst = max(float(real.final.val_loss), float(sim.final.val_loss))
@@ -126,7 +130,17 @@ def measure(learners: int = 4, steps: int = 240, inner_steps: int = 20,
             row[f"{clock}_to_target_s"] = time_to(r.history, loss)
             row[f"{clock}_val_loss"] = float(r.final.val_loss)
             row[f"{clock}_failures"] = int(r.final.failures)
+        cpu = real.runtime["cpu"]
+        row.update(syncer_cpu=cpu["run_cpu_s"] / cpu["run_s"],
+                   syncer_idle_cpu=cpu["idle_cpu_s"] / cpu["idle_s"],
+                   resent=real.runtime["resent"], restamped=real.runtime["restamped"],
+                   clock_offset_s=real.runtime["clock"]["max_abs_offset_s"])
         if name == "failures":
+            kills = real.runtime["kills"]
+            for key in ("ready_s", "first_step_s"):
+                got = [k[key] for k in kills if np.isfinite(k[key])]
+                row[key] = float(np.mean(got)) if got else np.nan
+                row[f"max_{key}"] = float(np.max(got)) if got else np.nan
             windows = real_windows(real)
             detect = [d - k for _, k, _, d in windows if np.isfinite(d)]
             restart = [b - d for _, _, b, d in windows if np.isfinite(b) and np.isfinite(d)]
@@ -172,8 +186,10 @@ def result_rows(table: pd.DataFrame, config: str) -> list[dict]:
                                  metric=f"measured / simulated {label}, real failure windows",
                                  value=float(r[f"folded_ratio_{what}"]), config=config))
         if r["scenario"] == "failures":
-            for key, label in (("detect_s", "Ray's failure detection (s)"),
-                               ("restart_s", "restart until the rejoin (s)")):
+            for key, label in (("detect_s", "kill until the syncer hears of it (s)"),
+                               ("restart_s", "death heard of until the rejoin (s)"),
+                               ("ready_s", "kill until the next process runs (s)"),
+                               ("first_step_s", "window's end until the first step (s)")):
                 rows.append(dict(experiment="actors", method="decoupled (failures)",
                                  metric=label, value=float(r[key]), config=config))
     return rows
