@@ -238,6 +238,13 @@ def _drive(ray, config, pool, t0, first, progress, stall_s) -> dict:
                 w = timeline.window(m, window[m])
                 if w is not None and now >= w[0] and st["ending"] is None:
                     window[m] += 1
+                    if ray.get(syncer.window.remote(m, w[1], not np.isfinite(w[1]))) != "kill":
+                        # still down from an earlier kill: down until w[1], no new kill
+                        back_at[m] = max(back_at[m] or 0.0, w[1])
+                        mine = [i for i, k in enumerate(kills) if k[0] == m]
+                        if mine:  # (its kill's replacement is timed from the new end)
+                            kills[mine[-1]] = (m, kills[mine[-1]][1], back_at[m])
+                        continue
                     back_at[m] = w[1]
                     for ref in [r for r, q in running.items() if q == m]:
                         del running[ref]  # (its end is no news)

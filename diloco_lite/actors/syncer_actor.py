@@ -75,6 +75,7 @@ class SyncerActor:
         self.wakes: list[float] = []  # step boundaries a learner's `until` waits on (a heap)
         self.sent, self.drop, self.numbered = Sent(config.workers), drop, collections.Counter()
         self.resent = collections.Counter()  # learner -> messages sent again (`resend`)
+        self.down_until: dict = {}  # learner -> no rejoin before this time (`window`)
         # (learner, "up" | "down"): Ray calls each way, and the bytes their arguments
         # carry beyond the booked ones (`unbooked_bytes`)
         self.calls, self.unbooked = collections.Counter(), collections.Counter()
@@ -119,10 +120,26 @@ class SyncerActor:
             self.rt.killed(m, self._now(), for_good)
             self._deliver()
 
+    def window(self, m, end_s, for_good=False):
+        """A failure window of learner m begins now. If m is up: "kill" (the driver kills its
+        process and puts a spare in its place). If it is still down (its replacement not back
+        yet: still starting, or waiting out an earlier window; a process cannot be killed
+        before it runs): the kill is logged, m stays down until `end_s` (its replacement
+        rejoins no earlier: `rejoin`), "extended"."""
+        with self.cv:
+            if self.rt.up[m] or for_good:
+                return "kill"
+            self.down_until[m] = max(self.down_until.get(m, 0.0), end_s)
+            self.rt.killed(m, self._now(), False)
+            self._deliver()
+            return "extended"
+
     def rejoin(self, m):
         """What returning learner m loads (None: the run ended, or it failed again), once its
-        peer has uploaded its state."""
+        window is over (`window`) and its peer has uploaded its state."""
         with self.cv:
+            while (left := self.down_until.get(m, 0.0) - self._now()) > 0:
+                self.cv.wait(left)  # (a timed wait on the condition: woken early, it waits on)
             ticket = self.rt.rejoin(m, self._now())
             self._deliver()
 

@@ -153,6 +153,9 @@ def plan_decoupled(rec: Recorder, schedule: Schedule, timeline: Timeline, algo, 
         if kind == PUBLISH:
             publish(*data, when)  # (its next ask would come after the end)
             t = max(t, when)
+    end = t
     for p, weights in rules.flushes(t):
         rules.flushed(p, weights, t)
-    rec.eval(min(steps, processed / M), t, last=True, complete=complete)
+        for m in weights:  # its Δ through learner m's link and the syncer's: the run ends
+            end = max(end, links.send(m + 1, 0, rec.up_nbytes[p], t))  # once all are in
+    rec.eval(min(steps, processed / M), end, last=True, complete=complete)
