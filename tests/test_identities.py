@@ -95,7 +95,7 @@ def test_bf16_ddp_step_is_a_plain_loop_in_bfloat16():
         new, state, loss = step(*jax.device_put((params, opt.init(params)), mesh.sharding()),
                                 *placed)
         per_worker = jax.jit(jax.value_and_grad(model.loss))
-        losses, grads = zip(*[per_worker(params, batch[m]) for m in range(8)])
+        losses, grads = zip(*[per_worker(params, batch[m]) for m in range(8)], strict=True)
     def flat(leaves):
         return np.concatenate([np.ravel(x) for x in leaves])
 

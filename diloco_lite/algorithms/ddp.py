@@ -38,7 +38,6 @@ from ..model import token_nll_and_correct
 from ..steps import inner_step
 from ..wire import WireFormat
 
-
 BF16 = WireFormat(16)  # bfloat16 bit-cast to uint16: what DDP(bits=16) puts on the network
 
 
