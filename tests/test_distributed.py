@@ -29,7 +29,8 @@ def identity_configs():
     return [tiny_run(dl.DDP()),
             tiny_run(dl.DiLoCo(inner_steps=3)),
             tiny_run(dl.StreamingDiLoCo(inner_steps=4, fragments=2, overlap=1, bits=4), steps=8),
-            tiny_run(dl.DecoupledDiLoCo(inner_steps=4, fragments=2), steps=8, cluster=CHAOS)]
+            tiny_run(dl.DecoupledDiLoCo(inner_steps=4, fragments=2), steps=8, cluster=CHAOS),
+            tiny_run(dl.DDP(bits=16))]  # gloo's all-to-all and all-gather of 16-bit values
 
 
 @pytest.mark.slow

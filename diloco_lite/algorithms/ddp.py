@@ -20,7 +20,10 @@ before it reaches the network, and moves a narrowing cast past a collective that
 data. So the values travel bit-cast to uint16, which no pass widens (`wire.WireFormat(16)`), in
 the two halves of a ring all-reduce: an all-to-all (device d receives chunk d of every device's
 gradient: the reduce-scatter's traffic) and an all-gather of the reduced chunks. Each device
-sends 2(D−1)/D of the payload, as a ring all-reduce does, in two collectives.
+sends 2(D−1)/D of the payload, as a ring all-reduce does, in two collectives. (With one device
+per host, as the testbed runs DDP, that is each host's link. With several devices per host the
+all-to-all sends every device's chunks to each remote device directly: more than a ring
+would put on the host's link.)
 """
 
 from __future__ import annotations
