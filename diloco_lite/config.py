@@ -25,6 +25,7 @@ from .clock import Cluster
 from .validate import check, check_int, check_positive  # also imported from here elsewhere
 
 ALLOWED_BITS = (32, 16, 8, 4, 2)
+DDP_BITS = (32, 16)  # DDP's gradient travels as floats: fp32 or bfloat16
 SPLITS = ("iid", "by_genre")
 FRAGMENTATIONS = ("balanced", "layers")
 
@@ -83,13 +84,20 @@ class ModelConfig:
 class DDP:
     """Data-parallel training: one all-reduce of the full gradient every step (§1).
 
-    `elastic`: when a worker fails, go on without it instead of stopping the job (`clock`)."""
+    `elastic`: when a worker fails, go on without it instead of stopping the job (`clock`).
+    `bits`: the gradient's width on the network: 32 (fp32) or 16 (bfloat16: every worker rounds
+    its gradient to bfloat16 and the mean comes back in bfloat16, half the bytes; what the
+    bandwidth model, `systems.bandwidth`, assumes by default). Quantized integer codes (8 bits
+    and fewer) are for the DiLoCo methods' pseudo-gradients, not here."""
 
     elastic: bool = False
+    bits: int = 32
     name = "ddp"
 
     def __post_init__(self):
         _check_bool("DDP.elastic", self.elastic)
+        _check_bits("DDP.bits", self.bits, DDP_BITS, ": fp32 or bfloat16 (the 8-, 4- and 2-bit "
+                    "integer codes are the DiLoCo methods' wire formats, not DDP's)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,9 +202,9 @@ class DecoupledDiLoCo:
 Algorithm = DDP | DiLoCo | StreamingDiLoCo | DecoupledDiLoCo
 
 
-def _check_bits(field: str, bits: Any) -> None:
-    ok = isinstance(bits, int) and not isinstance(bits, bool) and bits in ALLOWED_BITS  # not 4.0
-    check(ok, field, bits, f"one of {ALLOWED_BITS}")
+def _check_bits(field: str, bits: Any, allowed: tuple = ALLOWED_BITS, why: str = "") -> None:
+    ok = isinstance(bits, int) and not isinstance(bits, bool) and bits in allowed  # not 4.0
+    check(ok, field, bits, f"one of {allowed}{why}")
 
 
 def _check_bool(field: str, value: Any) -> None:

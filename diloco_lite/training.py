@@ -343,11 +343,11 @@ def _progress(config: RunConfig, enabled: bool):
 
 
 def run_label(config: RunConfig) -> str:
-    """A short name for a run, e.g. `DiLoCo H=50 M=8` or `Streaming P=4 τ=1 α=0.5 4-bit M=8`
-    (`seed=2` appended for a seed other than 0)."""
+    """A short name for a run, e.g. `DiLoCo H=50 M=8`, `DDP bf16 M=8` (`DDP(bits=16)`) or
+    `Streaming P=4 τ=1 α=0.5 4-bit M=8` (`seed=2` appended for a seed other than 0)."""
     a = config.algorithm
     if a.name == "ddp":
-        parts = ["DDP"]
+        parts = ["DDP"] + (["bf16"] if a.bits == 16 else [])
     elif a.name == "diloco":
         parts = ["DiLoCo", f"H={a.inner_steps}"]
     else:

@@ -1,6 +1,7 @@
 """Byte accounting: the HLO counter on known functions, and what runs book against the HLO."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -70,6 +71,30 @@ def test_ddp_step_is_one_all_reduce_of_the_gradient(setup, workers):
     assert not op.shape.startswith("("), op.shape[:60]
 
 
+@pytest.mark.parametrize("workers", [8, 16])
+def test_bf16_ddp_step_moves_the_gradient_as_16_bit_values(workers):
+    """DDP(bits=16): an all-to-all of each device's gradient in 16-bit values (padded to a
+    multiple of the 8 devices: this model's gradient is not) and an all-gather of the mean
+    chunks, plus each device's fp32 loss (4 bytes): half the bytes of the fp32 all-reduce, and
+    no collective that XLA widens to fp32."""
+    model = build_model(dl.ModelConfig(vocab_size=81, context=16, d_model=6, n_layers=1,
+                                       n_heads=2, mlp_ratio=2))
+    params = model.init(0)
+    n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
+    assert n % 8, "a gradient that does not split evenly over the 8 devices"
+    padded = 8 * -(-n // 8)
+    mesh = worker_mesh(workers)
+    opt = optax.sgd(0.1)
+    step = ddp_step_fn(model, mesh, opt, bits=16)
+    p = jax.device_put(params, mesh.sharding())
+    batch = jax.device_put(np.zeros((workers, 2, 17), np.int32), mesh.sharding(AXIS))
+    share = jax.device_put(np.ones(workers, np.float32), mesh.sharding(AXIS))
+    out = collective_bytes(step, p, opt.init(p), batch, share)
+    assert out["by_kind"] == {"all-to-all": 2 * padded, "all-gather": 2 * padded + 4 * 8}
+    for op in out["ops"]:  # 16-bit codes only: an f32 here would be a widened collective
+        assert set(re.findall(r"([a-z]+[0-9]+)\[", op.shape)) == {"u16"}, op.shape[:80]
+
+
 def stacked(mesh, tree, m=8):
     """`tree` repeated for m workers on a leading axis, placed by worker. Jitted, as the values
     below: one program, where op by op took most of these tests' time."""
@@ -110,7 +135,7 @@ def test_the_sync_moves_exactly_the_booked_b_bit_payload(setup, bits):
 
 
 @pytest.mark.parametrize("algo", [
-    dl.DDP(), dl.DiLoCo(inner_steps=2),
+    dl.DDP(), dl.DDP(bits=16), dl.DiLoCo(inner_steps=2),
     dl.StreamingDiLoCo(inner_steps=4, fragments=3, overlap=1, bits=4),
     # every learner answers every ask (K = M, equal speeds), with the syncer's RDA merge
     dl.DecoupledDiLoCo(inner_steps=4, fragments=3, overlap=1, bits=4, quorum=8, merge="rda")])
@@ -125,8 +150,11 @@ def test_history_bytes_match_the_compiled_program(algo):
     if isinstance(algo, dl.DDP):
         batch = jax.device_put(np.zeros((8, 2, 17), np.int32), mesh.sharding(AXIS))
         share = jax.device_put(np.ones(8, np.float32), mesh.sharding(AXIS))
-        hlo = collective_bytes(driver.step_fn, *state, batch, share)["by_kind"]["all-reduce"]
-        per_sync, syncs = [8 * (hlo - 4)], [cfg.steps]  # minus the loss riding along
+        ops = collective_bytes(driver.step_fn, *state, batch, share)["by_kind"]
+        # fp32: one all-reduce, minus the loss riding along; bf16: the all-to-all of the
+        # gradient (its all-gather moves as much back, plus the losses: test above)
+        per_device = ops["all-reduce"] - 4 if algo.bits == 32 else ops["all-to-all"]
+        per_sync, syncs = [8 * per_device], [cfg.steps]
     else:
         per_sync = []
         for p, idx in enumerate(driver.frags):
@@ -138,6 +166,19 @@ def test_history_bytes_match_the_compiled_program(algo):
         syncs = list(result.fragments.syncs)
     assert result.final.comm_bytes == sum(b * n for b, n in zip(per_sync, syncs, strict=True))
     assert sum(syncs) >= 2
+
+
+def test_the_clock_charges_bf16_ddp_its_bfloat16_gradient():
+    """DDP(bits=16) on a 1 Mbit/s link: every step is 1 s of compute plus the ring's share,
+    2(M−1)/M, of one bfloat16 gradient per worker (2 bytes per value, padded to whole chunks
+    of the 8 devices): the bytes booked and the clock both count half of fp32's."""
+    cluster = dl.Cluster(step_time_s=1.0, link=dl.Link(gbit_per_s=1e-3))
+    result = dl.train(tiny_run(dl.DDP(bits=16), steps=4, eval_every=4, cluster=cluster),
+                      progress=False)
+    n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(result.params))
+    per_worker = 2 * 8 * -(-n // 8)
+    assert result.final.comm_bytes == 4 * 8 * per_worker
+    assert result.final.sim_time_s == pytest.approx(4 * (1.0 + 1.75 * per_worker * 8 / 1e6))
 
 
 def test_diloco_h50_sends_one_fiftieth_of_ddp():

@@ -13,6 +13,7 @@ import diloco_lite as dl
 from diloco_lite import outer
 from diloco_lite.clock import Cluster, FailureRate, Link
 from diloco_lite.model import build_model, count_params
+from diloco_lite.training import run_label
 from tests.helpers import TINY, tiny_run
 
 
@@ -50,6 +51,10 @@ def test_run_config_rejects_bad_values(kwargs, field):
     (lambda: dl.DecoupledDiLoCo(bits=3), "DecoupledDiLoCo.bits"),
     (lambda: dl.DecoupledDiLoCo(down_bits=1), "DecoupledDiLoCo.down_bits"),
     (lambda: dl.DiLoCo(elastic=1), "DiLoCo.elastic"),
+    (lambda: dl.DDP(bits=8), "DDP.bits"),  # DDP: fp32 or bfloat16 only
+    (lambda: dl.DDP(bits=4), "DDP.bits"),
+    (lambda: dl.DDP(bits=True), "DDP.bits"),
+    (lambda: dl.DDP(bits=16.0), "DDP.bits"),
     (lambda: dl.ModelConfig(d_model=30, n_heads=4), "ModelConfig.n_heads"),
 ])
 def test_algorithm_configs_reject_bad_values(make, field):
@@ -60,6 +65,14 @@ def test_algorithm_configs_reject_bad_values(make, field):
 def test_messages_name_the_allowed_range():
     with pytest.raises(ValueError, match=r"overlap=7 is invalid: must be an integer in \[0, 4\]"):
         dl.StreamingDiLoCo(inner_steps=5, overlap=7)
+    with pytest.raises(ValueError, match=r"DDP.bits=8 is invalid: must be one of \(32, 16\)"):
+        dl.DDP(bits=8)
+
+
+def test_ddp_in_bfloat16_is_named_so():
+    assert dl.DDP().bits == 32 and dl.DDP(bits=16).bits == 16
+    assert run_label(tiny_run(dl.DDP(bits=16))) == "DDP bf16 M=8"
+    assert run_label(tiny_run(dl.DDP())) == "DDP M=8"
 
 
 @pytest.mark.parametrize("model", [TINY, dl.ModelConfig(), dl.ModelConfig(n_layers=5),
@@ -185,7 +198,8 @@ OVERLAP = field("overlap", lambda kw, ctx: int_in(0, valid_h(kw) - 1),
 HOW = field("fragmentation", always(st.sampled_from(["balanced", "layers"])),
             always(st.sampled_from(["random", "Layers", None])))
 SPECS = {
-    "DDP": [ELASTIC],
+    "DDP": [ELASTIC, field("bits", always(st.sampled_from([32, 16])),
+                           always(st.sampled_from([8, 4, 2, 64, 0, True, 16.0, "16", None])))],
     "DiLoCo": [H, LR, ELASTIC],
     "StreamingDiLoCo": [H, LR, FRAGMENTS, OVERLAP, field("mix", always(UNIT), always(NOT_UNIT)),
                         field("bits", always(BITS), always(NOT_BITS)), HOW, ELASTIC],

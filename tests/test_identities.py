@@ -72,6 +72,54 @@ def test_elastic_ddp_step_is_sgd_on_the_up_workers_sequences():
     assert max_abs_diff(want, sgd(params, batch.reshape(-1, batch.shape[-1]))[1]) > 1e-4
 
 
+def bf16(x) -> np.ndarray:
+    """`x` rounded to bfloat16 and widened back to fp32."""
+    return np.asarray(jnp.asarray(x, jnp.float32).astype(jnp.bfloat16).astype(jnp.float32))
+
+
+def test_bf16_ddp_step_is_a_plain_loop_in_bfloat16():
+    """DDP(bits=16), one step of 8 workers on the 8 devices, against a loop written here: each
+    worker's gradient rounded to bfloat16, the 8 added in fp32 in worker order, divided by 8,
+    rounded to bfloat16, then the optimizer in fp32. The optimizer is a trace without decay:
+    its state is exactly the gradient the step was given, and the update adds it."""
+    from diloco_lite.algorithms.ddp import ddp_step_fn
+
+    cfg = tiny_run(dl.DDP(bits=16))
+    corpus, model, mesh, _ = setup(cfg)
+    opt = optax.trace(decay=0.0)
+    params = model.init(0)
+    batch = corpus.batch(0, seed=0, workers=8, batch_size=2, seq_len=cfg.seq_len)
+    with jax.default_matmul_precision("highest"):  # the loop and the step, both in full fp32
+        step = ddp_step_fn(model, mesh, opt, donate=False, bits=16)
+        placed = jax.device_put((batch, np.ones(8, np.float32)), mesh.sharding("workers"))
+        new, state, loss = step(*jax.device_put((params, opt.init(params)), mesh.sharding()),
+                                *placed)
+        per_worker = jax.jit(jax.value_and_grad(model.loss))
+        losses, grads = zip(*[per_worker(params, batch[m]) for m in range(8)], strict=True)
+    def flat(leaves):
+        return np.concatenate([np.ravel(x) for x in leaves])
+
+    got = flat(jax.tree.leaves(state.trace))
+    per_worker_MxN = np.stack([flat(jax.tree.leaves(g)) for g in grads])
+    total = np.zeros_like(got)
+    for g in per_worker_MxN:  # worker by worker, each as sent: in bfloat16
+        total = total + bf16(g)
+    want = bf16(total / 8)
+    unrounded = bf16(per_worker_MxN.mean(axis=0))  # the workers' gradients sent in fp32
+
+    assert np.array_equal(got, bf16(got))  # the mean arrived in bfloat16
+    # The step's fp32 gradients may differ from the loop's in their last bits, so a value at a
+    # bfloat16 rounding boundary may round the other way: one bfloat16 step (2^-7 relative) of
+    # a worker's value or of the mean, in a few elements. Here none did; without the workers'
+    # rounding, about a third of the elements differ.
+    one_step = 2.0 ** -7 * (np.abs(want) + np.abs(per_worker_MxN).mean(axis=0))
+    assert np.all(np.abs(got - want) <= one_step)
+    assert np.mean(got != want) < 0.01 < 0.1 < np.mean(unrounded != want)
+    assert_trees_close(new, jax.tree.map(lambda p, g: p + g, params, state.trace), rtol=1e-7,
+                       atol=0)  # the optimizer got the mean, in fp32
+    np.testing.assert_allclose(float(loss), np.mean(losses), rtol=1e-6)  # the loss, exact
+
+
 def test_diloco_h1_outer_sgd1_is_ddp(ddp8):
     """SGD inner, H=1, outer SGD(lr=1, no momentum): θ − 1·mean(θ − θ_m) = θ − lr·ḡ."""
     diloco = run(tiny_run(dl.DiLoCo(inner_steps=1, outer_optimizer=optax.sgd(1.0))))

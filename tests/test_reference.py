@@ -53,6 +53,12 @@ def test_ddp():
     assert_equal_runs(cfg, reference.ddp(cfg))
 
 
+def test_ddp_in_bfloat16():
+    """Each worker's gradient and the mean rounded to bfloat16 (4 workers, AdamW)."""
+    cfg = tiny_run(dl.DDP(bits=16), workers=4, steps=5, **ADAMW)
+    assert_equal_runs(cfg, reference.ddp(cfg), quantized=True)
+
+
 def test_diloco_with_the_end_of_run_average():
     """7 steps at H = 3: two outer steps, then the plain average of the last step's work."""
     cfg = tiny_run(dl.DiLoCo(inner_steps=3), workers=4, steps=7)

@@ -22,7 +22,7 @@ def make_driver(config, model, mesh, optimizer, params):
     if isinstance(algo, DDP):
         from .ddp import DDPDriver
 
-        return DDPDriver(model, mesh, optimizer, params)
+        return DDPDriver(model, mesh, optimizer, params, bits=algo.bits)
     check(isinstance(algo, (DiLoCo, StreamingDiLoCo, DecoupledDiLoCo)), "RunConfig.algorithm",
           algo, "an instance of DDP, DiLoCo, StreamingDiLoCo or DecoupledDiLoCo")
     from .learners import LearnersDriver

@@ -13,9 +13,11 @@ The link is the bandwidth simulator's model (`systems.bandwidth`): a message of 
 link for bits / (gbit_per_s · 1e9) seconds, first in first out, and arrives `latency_s` after it
 leaves. A lock-step exchange costs what the library's collective moves, on a ring (the α-β
 model): DDP's gradient all-reduce `ring_factor(M)` = 2(M−1)/M of its payload per worker and
-2(M−1) hops; DiLoCo's and Streaming's all-gather of the b-bit payloads (they cannot be summed
-without decoding) `gather_factor(M)` = M−1 payloads per worker and M−1 hops; each hop adds
-`latency_s` (`exchange_cost`). tests/test_testbed.py measures both factors on real links.
+2(M−1) hops (`DDP(bits=16)`: its all-to-all and all-gather of the bfloat16 payload move the
+same 2(M−1)/M, and are charged the same hops); DiLoCo's and Streaming's all-gather of the
+b-bit payloads (they cannot be summed without decoding) `gather_factor(M)` = M−1 payloads per
+worker and M−1 hops; each hop adds `latency_s` (`exchange_cost`). tests/test_testbed.py
+measures both factors on real links.
 
 Decoupled DiLoCo's messages cross hosts (`Links`): host 0 is the syncer's, host m + 1 learner
 m's, each with its full-duplex link. A message of n bytes from host a to host b holds a's

@@ -43,9 +43,11 @@ pack a fragment's payloads with `wire.to_bytes`): one ring per sync. The ring ru
 ranks of the XLA replica group, in device order, so the devices of one host are neighbours: each
 host's `eth0` carries what *one* rank sends to the next host. With one device per host (R = M
 hosts) the per-host bytes on the wire are, per sync: DDP 2(M−1)/M × the gradient (booked: one
-gradient per worker), the DiLoCo family's all-gather (M−1)/M × M payloads = (M−1) payloads
-(booked: one payload per worker); with D devices per host the booked bytes are D times larger,
-the bytes on the wire the same.
+gradient per worker; in bfloat16, its all-to-all and all-gather move (M−1)/M each), the
+DiLoCo family's all-gather (M−1)/M × M payloads = (M−1) payloads (booked: one payload per
+worker); with D devices per host the booked bytes are D times larger, the bytes on the wire the
+same (but for bfloat16 DDP's all-to-all, which sends each device's chunks to every remote
+device: about D times more).
 """
 
 from __future__ import annotations

@@ -12,13 +12,15 @@ vectorized over cases (bandwidths, model sizes, step times, targets). Choices, a
 - **Link.** One FIFO link of B Gbit/s (1e9 bit/s) per replica; `latency_s` is added once to
   each sync's arrival (one message, not 2(R-1) ring hops) and does not occupy the link.
 - **Payload** (bits on this link per sync) = fraction of parameters x bits x route factor.
-  Bits: `grad_bits` (default 16, bf16) for DDP and DiLoCo; the config's `bits` for Streaming
-  and Decoupled (quantization scales, < 1% of the payload, are left out). Route factor: a ring
-  all-reduce over R replicas moves 2(R-1)/R of the payload per replica (DDP, DiLoCo,
-  Streaming; R=1 sends nothing). Decoupled: 1 — each learner uploads its fragment to the
-  syncer over its own link and the syncer's reply (at `down_bits`) comes back the other
-  direction of the full-duplex link, so the busier direction counts: max(bits, down_bits)
-  (choice); `replicas` does not enter. Link and ring factor are `clock`'s, the training runs'.
+  Bits: `grad_bits` (default 16, bf16: the training runs' `DDP(bits=16)`; `DDP.bits` itself is
+  not read here, so one sweep compares the methods at one gradient width) for DDP and DiLoCo;
+  the config's `bits` for Streaming and Decoupled (quantization scales, < 1% of the payload,
+  are left out). Route factor: a ring all-reduce over R replicas moves 2(R-1)/R of the payload
+  per replica (DDP, DiLoCo, Streaming; R=1 sends nothing). Decoupled: 1 — each learner
+  uploads its fragment to the syncer over its own link and the syncer's reply (at
+  `down_bits`) comes back the other direction of the full-duplex link, so the busier direction
+  counts: max(bits, down_bits) (choice); `replicas` does not enter. Link and ring factor are
+  `clock`'s, the training runs'.
 - **Schedule and deadline** (a missed deadline stalls the clock until the sync has arrived):
   the one `clock.Schedule` of the training runs: DDP all-reduces every step, deadline the end
   of that step; DiLoCo sends everything every H steps (on the H-th), deadline the end of that
