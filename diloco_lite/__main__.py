@@ -26,9 +26,9 @@ def main(argv=None) -> int:
                      help="comma-separated subset of: training, bandwidth, goodput, links (real "
                           "processes on throttled links: needs root and iproute2, else times "
                           "on loopback), actors (Decoupled DiLoCo on Ray actors against the "
-                          "simulated clock: needs Ray, else skipped), versus (Decoupled DiLoCo "
-                          "against DDP over the testbed's slow links: needs Ray, root and "
-                          "iproute2, else skipped)")
+                          "simulated clock: needs Ray, else skipped), versus (every method, DDP "
+                          "to Decoupled DiLoCo, over the testbed's links at four speeds: "
+                          "needs Ray, root and iproute2, else skipped; over an hour)")
     rep.add_argument("--groups", default=None,
                      help="comma-separated training groups to run (default: all but "
                           "'scaling', which has its own target: make reproduce-scaling, about "
