@@ -44,7 +44,7 @@
 # | its pace | the `Cluster`'s step times, simulated | the same step times, really waited out (a step computes, then sleeps the rest) |
 # | the syncer | a loop over an event queue | an actor: Θ, the outer optimizer, its own timers and a merge thread |
 # | an answer (Δ) | an array on the mesh | the wire format's bytes, through Ray's object store |
-# | a failure | the clock skips the learner | Ray kills its process (`ray.kill`) and starts a new one |
+# | a failure | the clock skips the learner | its process is killed (`ray.kill`); a warm spare process takes its place |
 # | who decides | `SyncerState` | the same `SyncerState` |
 #
 # **The messages.** A learner never waits for a merge. It runs the learner's rules itself (the
@@ -164,10 +164,10 @@ display(pd.DataFrame({"on actors": real.final[columns], "simulated clock": sim.f
 #
 # - On the **simulated clock** learner 1 stops at 1.1 s, the syncer knows at once, and the
 #   learner is back at 4.05 s with Θ and a healthy peer's inner optimizer state.
-# - On **actors** the driver kills learner 1's process (`ray.kill`). The syncer does not know:
-#   it waits out its grace window for an answer that will never come, and merges the others'.
-#   Ray notices the death a little later; the syncer then leaves learner 1 out of every quorum,
-#   and Ray starts a new process, which rejoins at 4.05 s *if it is ready by then*.
+# - On **actors** the driver kills learner 1's process (`ray.kill`) and tells the syncer at
+#   once, which leaves learner 1 out of every quorum from then on. A *warm spare* (a process
+#   built and compiled for learner 1's slot before the clock started) takes its place, waits
+#   out the window and rejoins at 4.05 s, once a healthy peer has sent its optimizer state.
 #
 # The other learners never stop.
 
@@ -292,14 +292,15 @@ print(f"the restart: the window ended at {BACK_AT} s; " + (
 print(f"the latest healthy learner's last step ended {late:.2f} s behind its {STEP_S} s grid")
 
 # %% [markdown]
-# - **Failure detection.** Only Ray tells the syncer that a process died, when the actor's
-#   connection breaks. Until then each sync waits its full grace window for an answer that
-#   cannot come (the simulated syncer knew at once).
-# - **The restart.** Python, JAX, the model, the programs from the compilation cache: seconds,
-#   more on two shared cores. The learner is back at the *later* of the window's end and that
-#   moment, then waits for a healthy peer's next step boundary to get its optimizer state. A
-#   real cluster pays the same, bigger (a new machine, billions of parameters to load); a warm
-#   spare process is the usual cure.
+# - **Failure detection.** Here the driver kills the learner itself, so it tells the syncer at
+#   once. A process that dies of anything else is known only when Ray reports its broken
+#   connection (a second or two); until then each sync waits its full grace window for an
+#   answer that cannot come (the simulated syncer always knows at once).
+# - **The restart.** The spare was built before the clock, so it only waits out the window and
+#   a healthy peer's next step boundary (its optimizer state). A new spare is built behind it,
+#   cold (Python, JAX, the model, the programs: tens of seconds on two shared cores); a slot
+#   killed again before then waits for it. A real cluster pays the same, bigger (a new
+#   machine, billions of parameters to load).
 # - **Merges take real time**: decoding M answers, the RDA merge and the outer step run on the
 #   syncer's CPU while the learners go on (on the simulated clock, in no time), so an
 #   evaluation row can be written before the merge of its own instant is published. The
@@ -334,8 +335,9 @@ print(f"the latest healthy learner's last step ended {late:.2f} s behind its {ST
 #
 # - The actors run the same algorithm as the simulated clock: the same state machine decides,
 #   only the source of the times differs. In the synchronous limit they give the same model.
-# - A real failure is learned late (Ray's detection) and repaired late (a new process): the
-#   syncer waits out grace windows meanwhile, and the learner is down longer than planned.
+# - A real failure is learned when someone tells the syncer (here the driver, at once; else Ray,
+#   later) and repaired by a spare that must be ready: the learner can be down longer than
+#   planned, and the syncer waits out grace windows meanwhile.
 # - Goodput counts the learner-steps whose work reached the global model against what the
 #   cluster could have done in the elapsed time; a longer downtime lowers it.
 # - The real runtime records what happened (`result.plan`); replaying it gives the actors'
@@ -353,8 +355,9 @@ print(f"the latest healthy learner's last step ended {late:.2f} s behind its {ST
 # 2. Predict, then check in section 3: is learner 1 down longer on actors or on the simulated
 #    clock, and which run has the higher goodput?
 #    <details><summary>Answer</summary>On the simulated clock it is back exactly at the end of
-#    its window; on actors at the later of that and the moment its new process is ready (after
-#    the window on a busy machine). Longer down means a longer run for the same learner-steps,
+#    its window; on actors at the later of that and the moment its spare has rejoined (a peer's
+#    state comes at its next step boundary; much later if the slot's spare is still being
+#    built). Longer down means a longer run for the same learner-steps,
 #    so usually a lower goodput on actors.</details>
 # 3. Why does replaying `killed.plan` give the actors' parameters while the simulated run of
 #    the same config does not?
