@@ -295,27 +295,26 @@ def _kills(kills: list, firsts: list) -> list[dict]:
 def _checked(ray, ref) -> tuple:
     """The syncer's (version, status) from `ref` (`Syncer.changed`), or the run stops, saying
     why."""
-    try:
-        version, st = ray.get(ref, timeout=LONG_POLL_S + 30.0)
-    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
-        raise RuntimeError("the syncer actor died or stopped answering: Θ and the outer "
-                           "optimizer state lived there, so the run cannot go on "
-                           f"({type(e).__name__})") from None
-    if st["error"]:
-        raise RuntimeError(f"the syncer failed: {st['error']}")
-    return version, st
+    return _from_syncer(ray, ref, LONG_POLL_S + 30.0)
 
 
 def _status(ray, syncer) -> dict:
+    return _from_syncer(ray, syncer.status.remote(), 30.0)
+
+
+def _from_syncer(ray, ref, timeout_s: float):
+    """What the syncer answered on `ref` (its status, or (version, status)), or the run stops:
+    the syncer died, stopped answering, or says it failed."""
     try:
-        st = ray.get(syncer.status.remote(), timeout=30.0)
+        out = ray.get(ref, timeout=timeout_s)
     except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
         raise RuntimeError("the syncer actor died or stopped answering: Θ and the outer "
                            "optimizer state lived there, so the run cannot go on "
                            f"({type(e).__name__})") from None
+    st = out[1] if isinstance(out, tuple) else out
     if st["error"]:
         raise RuntimeError(f"the syncer failed: {st['error']}")
-    return st
+    return out
 
 
 def _losses(losses: list, M: int):
