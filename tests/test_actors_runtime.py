@@ -184,3 +184,116 @@ def test_the_clock_offsets_warn_only_beyond_half_of_hold_s_and_its_error_bound()
         pool_with([(0.006, 0.004)]).clock_offsets(0.01)
     with pytest.warns(UserWarning, match="learner 1's clock is -8.0 ms"):
         pool_with([(0.001, 0.001), (-0.008, 0.004)]).clock_offsets(0.01)
+
+
+# ---- warm spares (no Ray) ----------------------------------------------------------------------
+
+class FakeRay:
+    """What `Pool` calls of Ray: `wait` (the refs in `self.done` are ready), `get`, `kill`."""
+
+    def __init__(self):
+        self.done, self.replaced = set(), []
+
+    def wait(self, refs, num_returns, timeout):
+        ready = [r for r in refs if r in self.done]
+        return ready, [r for r in refs if r not in self.done]
+
+    def get(self, refs):
+        return refs
+
+    def kill(self, actor, no_restart):
+        pass
+
+
+def fake_pool(monkeypatch, M: int, placement: bool):
+    """A `Pool` of M learners with spares whose processes are names: "m<slot>.<n>" (the n-th
+    built), built by a fake `Learner` class; `ready` returns the process's name as its ref."""
+    import types
+
+    from diloco_lite.actors import pool as pool_module
+    from diloco_lite.clock import Cluster
+    from diloco_lite.config import RunConfig
+
+    built, ray = [], FakeRay()
+
+    class Learner:
+        @staticmethod
+        def options(**where):
+            def remote(config, m, *args, low_priority=False):
+                name = f"m{m}.{len(built)}"
+                built.append((name, where, low_priority))
+                return types.SimpleNamespace(
+                    name=name, ready=types.SimpleNamespace(remote=lambda syncer: name))
+            return types.SimpleNamespace(remote=remote)
+
+    class Syncer:
+        @staticmethod
+        def options(**where):
+            return types.SimpleNamespace(remote=lambda *a: types.SimpleNamespace(
+                status=types.SimpleNamespace(remote=lambda: "status"),
+                replace=types.SimpleNamespace(
+                    remote=lambda m, new: ray.replaced.append((m, new.name)))))
+
+    monkeypatch.setattr(pool_module, "actor_classes", lambda: (Learner, Syncer))
+    config = RunConfig(workers=M, cluster=Cluster(failures=((0, 1.0, 2.0),)))
+    pool = pool_module.Pool(ray, config, placement=placement, spares=None)
+    pool.build(None, 0.0, "")
+    return pool, ray, built
+
+
+def test_a_spare_that_is_ready_serves_any_slot_on_one_machine(monkeypatch):
+    """On one machine the M spares serve every slot: slot 0 killed twice takes the two ready
+    spares in the order built, then (none ready) the oldest, still building; each promotion
+    builds one new spare at a low priority (the first ones were built at the normal one)."""
+    pool, ray, built = fake_pool(monkeypatch, M=3, placement=False)
+    assert [b[0] for b in built] == ["m0.0", "m1.1", "m2.2", "m0.3", "m1.4", "m2.5"]
+    assert not any(low for _, _, low in built)
+    ray.done |= {"m1.4", "m2.5"}  # m0.3 is still building
+    assert pool.promote(0).name == "m1.4"
+    assert pool.promote(0).name == "m2.5"
+    assert built[-2][0] == "m0.6" and built[-1][0] == "m0.7" and built[-1][2]
+    assert pool.promote(2).name == "m0.3"  # none ready: the oldest
+    assert [p.name for p in pool.learners] == ["m2.5", "m1.1", "m0.3"]
+    assert ray.replaced == [(0, "m1.4"), (0, "m2.5"), (2, "m0.3")]
+    assert len(pool.spares[1]) == 3
+
+
+def test_with_placement_a_hosts_spare_serves_only_its_learner(monkeypatch):
+    """One host per learner: learner m's spare is on host m + 1 and serves only slot m, even
+    when another host's spare is ready and its own is not."""
+    pool, ray, built = fake_pool(monkeypatch, M=2, placement=True)
+    assert [(b[0], b[1]["resources"]) for b in built] == [
+        ("m0.0", {"host1": 0.01}), ("m1.1", {"host2": 0.01}),
+        ("m0.2", {"host1": 0.01}), ("m1.3", {"host2": 0.01})]
+    ray.done |= {"m0.2"}
+    assert pool.promote(1).name == "m1.3"
+    assert pool.promote(1).name == "m1.4"  # the spare built behind it, though not ready
+    assert [s.name for s, _ in pool.spares[1]] == ["m0.2"]
+
+
+def test_niceness_sets_every_thread_and_threads_inherit_it():
+    """A spare is built at nice 10, its threads (JAX's, started later) too; promoted, every
+    thread is back at 0 (as root; else the raise is refused and nothing fails)."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import os, threading
+from diloco_lite.actors.ray_actors import niceness
+niceness(10)
+ready, stop = threading.Event(), threading.Event()
+tid = []
+def later():
+    tid.append(threading.get_native_id()); ready.set(); stop.wait()
+t = threading.Thread(target=later); t.start(); ready.wait()
+print(os.getpriority(os.PRIO_PROCESS, tid[0]), end=" ")
+niceness(0)
+print(os.getpriority(os.PRIO_PROCESS, tid[0]), os.getpriority(os.PRIO_PROCESS, 0))
+stop.set(); t.join()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[0] == "10"
+    if os.geteuid() == 0:
+        assert out[1:] == ["0", "0"]

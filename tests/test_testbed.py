@@ -35,13 +35,15 @@ def namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.startswith(tb.PREFIX)]
 
 
-def send(bed, nbytes: int) -> float:
-    """Host 0 sends `nbytes` to host 1 over TCP; returns the seconds host 1 took to receive
-    them, from its first byte to the last (neither interpreter's start-up is in it)."""
-    server = subprocess.Popen(bed.command(1, [sys.executable, "-c", SERVER, bed.address(1)]),
+def send(bed, nbytes: int, back: bool = False) -> float:
+    """Host 0 sends `nbytes` to host 1 over TCP (`back`: host 1 to host 0); returns the seconds
+    the receiver took to receive them, from its first byte to the last (neither interpreter's
+    start-up is in it)."""
+    a, b = (1, 0) if back else (0, 1)
+    server = subprocess.Popen(bed.command(b, [sys.executable, "-c", SERVER, bed.address(b)]),
                               stdout=subprocess.PIPE, text=True)
     assert server.stdout.readline().strip() == "listening"
-    subprocess.run(bed.command(0, [sys.executable, "-c", CLIENT, bed.address(1), str(nbytes)]),
+    subprocess.run(bed.command(a, [sys.executable, "-c", CLIENT, bed.address(b), str(nbytes)]),
                    check=True, timeout=60)
     n, seconds = server.communicate(timeout=60)[0].split()
     assert int(n) == nbytes
@@ -64,6 +66,22 @@ def test_a_link_is_throttled_counted_and_cleaned_up():
     assert 0.95 * 8e6 / 1e7 <= seconds <= 1.2 * 8e6 / 1e7, seconds
     assert 1_000_000 <= sent[0]["tx_bytes"] <= 1_100_000
     assert sent[1]["tx_bytes"] < 100_000  # ACKs
+
+
+@needs_namespaces
+def test_set_rate_changes_every_link_of_a_testbed_that_exists():
+    """Built at 100 Mbit/s, set to 10 Mbit/s from outside the `Testbed` object (as a process
+    inside a host does): 1 MB takes 0.76–0.96 s as on a testbed built at 10 Mbit/s (0.08 s at
+    100); set back to 100 Mbit/s it takes under 0.2 s. Both ways are throttled: host 1 sending
+    to host 0 is as slow. A rate of 0 is refused, naming the field."""
+    with tb.Testbed(2, Link(gbit_per_s=0.1)) as bed:
+        tb.set_rate(2, 0.01)
+        assert 0.95 * 0.8 <= send(bed, 1_000_000) <= 1.2 * 0.8
+        assert 0.95 * 0.8 <= send(bed, 1_000_000, back=True) <= 1.2 * 0.8
+        tb.set_rate(2, 0.1)
+        assert send(bed, 1_000_000) < 0.2
+        with pytest.raises(ValueError, match="gbit_per_s=0 is invalid"):
+            tb.set_rate(2, 0)
 
 
 @needs_namespaces

@@ -122,7 +122,10 @@ def test_published_20_stands_beside_decoupled_against_ddp_at_the_slowest_link_on
 def test_a_window_is_timed_at_its_pace_over_the_full_loss_curve(monkeypatch):
     """`lockstep_runs` with a fake launch: a windowed DDP run's seconds are its seconds per
     step over the window (from the row at `lead` to the last, evaluations left out) times the
-    full loss curve's steps; an end-to-end run keeps its own `train_time_s`."""
+    full loss curve's steps; an end-to-end run keeps its own `train_time_s`. Two speeds in one
+    launch that sets each run's link (`set_links`): one warm-up per method measured end to end
+    somewhere, at the first speed only; then each speed's repeats in turn."""
+    import dataclasses
     import importlib
 
     launch_module = importlib.import_module("diloco_lite.distributed.launch")
@@ -147,6 +150,7 @@ def test_a_window_is_timed_at_its_pace_over_the_full_loss_curve(monkeypatch):
     launched = []
 
     def fake_launch(configs, **kw):
+        assert kw["set_links"]
         launched.extend(configs)
         out = []
         for c in configs:
@@ -169,12 +173,16 @@ def test_a_window_is_timed_at_its_pace_over_the_full_loss_curve(monkeypatch):
                                                eval_every=4)}
     full = pd.DataFrame(dict(step=[4.0, 8.0, 12.0], val_loss=[2.9, 2.8, 2.7],
                              comm_bytes=[400.0, 800.0, 1200.0]))
-    runs = versus_runs.lockstep_runs(0.01, configs, 2, {"ddp": full}, {"ddp": (2, 4)})
-    # first a warm-up of the method measured end to end (left out), then the repeats in turn
-    assert [c.steps for c in launched] == [12, 6, 12, 6, 12]
-    assert [(r["method"], r["repeat"]) for r in runs] == [("ddp", 0), ("diloco", 0),
-                                                          ("ddp", 1), ("diloco", 1)]
-    ddp, diloco = runs[0], runs[1]
+    at = {g: {n: dataclasses.replace(c, cluster=Cluster(link=Link(gbit_per_s=g)))
+              for n, c in configs.items()} for g in (0.01, 0.001)}
+    runs = versus_runs.lockstep_runs(at, 2, {"ddp": full}, {0.001: {"ddp": (2, 4)}})
+    # first a warm-up of each method (DDP is measured end to end at 10 Mbit/s), at the first
+    # speed, left out; then each speed's repeats in turn
+    assert [(c.steps, c.cluster.link.gbit_per_s) for c in launched] == [
+        (12, 0.01), (12, 0.01)] + [(12, 0.01)] * 4 + [(6, 0.001), (12, 0.001)] * 2
+    assert [(r["gbit_per_s"], r["method"], r["repeat"]) for r in runs] == [
+        (g, n, r) for g in (0.01, 0.001) for r in (0, 1) for n in ("ddp", "diloco")]
+    ddp, diloco = runs[4], runs[5]
     assert ddp["how"] == "window of 4 steps" and diloco["how"] == "end to end"
     # from the row at step 2 (5 s) to the last, step 6 (6.5 s): 0.375 s a step, times the full
     # curve's steps 4, 8, 12
@@ -185,7 +193,8 @@ def test_a_window_is_timed_at_its_pace_over_the_full_loss_curve(monkeypatch):
     np.testing.assert_allclose(diloco["measured"].time_s, [0.4, 0.8, 1.2])
     np.testing.assert_allclose(diloco["simulated"].time_s, [0.8, 1.6, 2.4])
     assert diloco["eval_s"] == 1.0
-    assert versus.cells(runs).set_index("method").how["ddp"] == "window of 4 steps"
+    how = versus.cells(runs).set_index(["gbit_per_s", "method"]).how
+    assert how[(0.001, "ddp")] == "window of 4 steps" and how[(0.01, "ddp")] == "end to end"
 
 
 def test_a_window_config_evaluates_where_its_window_starts_and_ends():

@@ -78,17 +78,30 @@ def train_on_testbed(config, bed, **kw):
     `bed` (an entered `Testbed` of config.workers + 1 hosts); `RunResult.wire` holds what each
     host's interface sent and received from the start of the clock to the end of the flush (None
     without a testbed)."""
-    from ..config import check
+    return trains_on_testbed([config], bed, **kw)[0]
+
+
+def trains_on_testbed(jobs: list, bed, **kw) -> list:
+    """`train_on_testbed` of each `RunConfig` of `jobs` in turn, on one Ray cluster (its nodes
+    started once, not once a run), each with its `Cluster.link` rate set on every link of `bed`
+    first (`testbed.set_rate`, where it is finite and differs from the rate set); a dict in
+    `jobs` is the call probe there (`call_bytes`, its keywords), at the rate set. Their
+    results, in order."""
+    from ..config import RunConfig, check
     from .runtime import train_actors
 
+    configs = [j for j in jobs if isinstance(j, RunConfig)]
     if not bed.emulated:
-        return train_actors(config, **kw)
-    check(bed.hosts == config.workers + 1, "Testbed.hosts", bed.hosts,
-          f"RunConfig.workers + 1 = {config.workers + 1} (the syncer's host and one per learner)")
-    return _in_host0(bed, ("train", config, kw))
+        return [train_actors(c, **kw) if isinstance(c, RunConfig) else None for c in jobs]
+    for config in configs:
+        check(bed.hosts == config.workers + 1, "Testbed.hosts", bed.hosts,
+              f"RunConfig.workers + 1 = {config.workers + 1} (the syncer's host and one per "
+              "learner)")
+    return _in_host0(bed, [("train", j, kw) if isinstance(j, RunConfig) else _probe_job(**j)
+                           for j in jobs])
 
 
-def call_bytes(bed, calls: int = 50, payload: int = 16_000, gap_s: float = 0.25) -> dict:
+def call_bytes(bed, **probe) -> dict:
     """What a Ray call between host 1 and host 0 of `bed` (an entered `Testbed`) puts on host
     1's wire: "up" a call host 1 makes (a learner's answer, report or `until`), "down" one host
     0 makes (the syncer's messages), each as the bytes host 1 sent ("tx") and received ("rx"),
@@ -97,8 +110,14 @@ def call_bytes(bed, calls: int = 50, payload: int = 16_000, gap_s: float = 0.25)
     "down_payload"), one every `gap_s` seconds or so, as a run makes them (calls back to back
     share their packets and Ray's reports: 25% fewer bytes a call, measured); and "idle_tx",
     "idle_rx": host 1's bytes per second with no call (the nodes' heartbeats and resource
-    reports), left out of the others."""
-    return _in_host0(bed, ("calls", calls, payload, gap_s), timeout_s=600.0)
+    reports), left out of the others. `probe`: `calls` (50), `payload` (16 000 bytes) and
+    `gap_s` (0.25 s), `_probe_job`'s defaults."""
+    return _in_host0(bed, [_probe_job(**probe)], timeout_s=600.0)[0]
+
+
+def _probe_job(calls: int = 50, payload: int = 16_000, gap_s: float = 0.25) -> tuple:
+    """`call_bytes`' job (its arguments: `calls`, `payload`, `gap_s`)."""
+    return "calls", calls, payload, gap_s
 
 
 def _train(config, kw, hosts: int):
@@ -155,14 +174,16 @@ def _probe_calls(calls: int, payload: int, gap_s: float, hosts: int) -> dict:
     return out
 
 
-def _in_host0(bed, job, timeout_s: float | None = None):
-    """Run `job` in a driver inside host 0, connected to a Ray node on each host; its result
-    (a driver still running after `timeout_s` is killed, with the nodes)."""
+def _in_host0(bed, jobs: list, timeout_s: float | None = None) -> list:
+    """Run `jobs` in turn in one driver inside host 0, connected to a Ray node on each host
+    (started once for all of them); their results (a driver still running after `timeout_s`
+    is killed, with the nodes)."""
     from ray import cloudpickle
 
     with tempfile.TemporaryDirectory(prefix="diloco_lite-actors-") as tmp:
         path, out = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
-        path.write_bytes(cloudpickle.dumps((job, f"{bed.address(0)}:{PORT}")))
+        rate = bed.link.gbit_per_s if bed.link is not None else None
+        path.write_bytes(cloudpickle.dumps((jobs, f"{bed.address(0)}:{PORT}", rate)))
         try:
             start_nodes(bed)
             run = subprocess.run(bed.command(0, [sys.executable, "-m", __name__, str(path),
@@ -184,14 +205,22 @@ def _main(job: str, out: str, hosts: str) -> int:
     import ray
     from ray import cloudpickle
 
-    (kind, *args), address = cloudpickle.loads(Path(job).read_bytes())
+    from ..distributed.testbed import set_rate
+
+    jobs, address, rate = cloudpickle.loads(Path(job).read_bytes())
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    result = []
     try:
-        if kind == "calls":
-            result = _probe_calls(*args, int(hosts))
-        else:
+        for kind, *args in jobs:
+            if kind == "calls":
+                result.append(_probe_calls(*args, int(hosts)))
+                continue
             config, kw = args
-            result = _train(config, kw, int(hosts))
+            want = config.cluster.link.gbit_per_s if config.cluster is not None else rate
+            if want != rate and want != float("inf"):  # (`trains_on_testbed`)
+                rate = want
+                set_rate(int(hosts), rate)
+            result.append(_train(config, kw, int(hosts)))
     finally:
         ray.shutdown()
     Path(out).write_bytes(cloudpickle.dumps(result))

@@ -1,7 +1,7 @@
 """Where the speed-up over slow links comes from, measured: every method on the testbed at four
 link speeds, end to end, with repeats; then where the decoupling earns its keep (issue 37).
 
-    python -m diloco_lite.actors.versus            # 4 learner hosts (+ the syncer's), ~60 min
+    python -m diloco_lite.actors.versus            # 4 learner hosts (+ the syncer's), ~55 min
     python -m diloco_lite.actors.versus --quick    # 2 learner hosts, 60 steps, 2 speeds
 
 **The table** (`measure` → `versus_table.cells`): rows = methods, at 1000, 100, 10 and 1 Mbit/s
@@ -30,21 +30,25 @@ clock beside each cell is `train` of the very same config: the lock-step run's o
 (its numbers equal a one-process run's), Decoupled DiLoCo's `train(config)`.
 
 **Each cell** is the time to the target loss, from the run's clock start to the interpolated
-crossing of the target (`measure.time_to`), compilation and evaluations left out: each launch
-first runs every lock-step method once, unmeasured, so that the measured runs reuse its compiled
-programs (`startup_s`, a run's first block beyond the pace of the rest, checks it), and their
-`train_time_s` leaves process 0's evaluations out (the others may run ahead by at most that
-long: `eval_s`); the actors' clock starts when every learner is ready, and the
-end-of-run flush is inside (`versus_runs.flush_end_s`). The target at each speed is the worst
-final held-out loss among every run there (`target_loss`); the simulated clock's seconds beside
-a cell are to that same loss (`sim_s`: measured ÷ simulated compares like with like), its
-speed-ups to its own target, the worst of its own runs' final losses (`sim_own_s`).
-A DDP run whose clock says it would last longer than `max_run_s` (1 and 10 Mbit/s) is measured
-over a window of `window[1]` steps after `window[0]` that compile and evaluate, all processes
-entering it together, and timed as its seconds per step times its full loss curve (the
-column `how` says which). `repeats` runs per cell (median, min and max); the speed-ups over
-DDP are of the medians, their ranges DDP's extremes over the row's. `decomposition`: the cut
-(DDP ÷ Streaming) times the decoupling (Streaming ÷ Decoupled) = Decoupled's speed-up.
+crossing of the target (`measure.time_to`), compilation and evaluations left out: the one launch
+of every lock-step run (every speed in turn: `launch(set_links=True)` sets the testbed's rate
+before each run) first runs every lock-step method once, unmeasured, so that the measured runs
+reuse its compiled programs (`startup_s`, a run's first block beyond the pace of the rest,
+checks it), and their `train_time_s` leaves process 0's evaluations out (the others may run
+ahead by at most that long: `eval_s`); the actors' clock starts when every learner is ready, and
+the end-of-run flush is inside (`versus_runs.flush_end_s`). Decoupled DiLoCo's runs (the
+table's, then Ray's bytes per call at the slowest link, then the decoupling rows) run in turn on
+one Ray cluster over the testbed (`hosts.trains_on_testbed`, the rate set before each run). The
+target at each speed is the worst final held-out loss among every run there (`target_loss`); the
+simulated clock's seconds beside a cell are to that same loss (`sim_s`: measured ÷ simulated
+compares like with like), its speed-ups to its own target, the worst of its own runs' final
+losses (`sim_own_s`). A DDP run whose clock says it would last longer than `max_run_s` (10 and 1
+Mbit/s) is measured over a window of `window[1]` steps after `window[0]` that compile and
+evaluate, all processes entering it together, and timed as its seconds per step times its full
+loss curve (the column `how` says which). `repeats` runs per cell (median, min and max); the
+speed-ups over DDP are of the medians, their ranges DDP's extremes over the row's.
+`decomposition`: the cut (DDP ÷ Streaming) times the decoupling (Streaming ÷ Decoupled) =
+Decoupled's speed-up.
 
 **The decoupling rows** (`decoupling`): at 10 Mbit/s, one learner twice as slow (`slow`), one
 learner killed for the middle third of the run (`killed`: `Cluster.failures`, the third of
@@ -57,7 +61,8 @@ holds every open sync (K = M) until it is back, while the others step on. Beside
 simulated clock's run of the very same config, and the lock-step method itself on the clock
 (`lockstep_sim_s`; `elastic=True` where a learner is killed: it goes on without it).
 
-Not in `make test` (root, iproute2, Ray; an hour); `make reproduce`'s `versus` job runs it.
+Not in `make test` (root, iproute2, Ray; about 55 minutes on 2 cores); `make reproduce`'s
+`versus` job runs it.
 """
 
 from __future__ import annotations
@@ -94,9 +99,9 @@ def settings(quick: bool) -> dict:
                     speeds=(100 * MBIT, 10 * MBIT),
                     repeats=1, probe_steps=48, window=(2, 6), max_run_s=15.0,
                     scenarios=("killed",), call_bytes=False)
-    return dict(learners=4, steps=240, inner_steps=40, step_time_s=0.1,
+    return dict(learners=4, steps=160, inner_steps=40, step_time_s=0.1,
                 speeds=(1000 * MBIT, 100 * MBIT, 10 * MBIT, 1 * MBIT), repeats=3,
-                probe_steps=160, window=(4, 20), max_run_s=60.0, scenarios=("slow", "killed"),
+                probe_steps=120, window=(4, 20), max_run_s=40.0, scenarios=("slow", "killed"),
                 call_bytes=True)
 
 
@@ -105,7 +110,7 @@ def methods(learners: int, steps: int, inner_steps: int,
     """The table's rows (module docstring): name -> its config, every one with `cluster`."""
     H = inner_steps
     base = RunConfig(algorithm=DDP(), workers=learners, steps=steps,
-                     eval_every=max(1, steps // 12), eval_batches=2, cluster=cluster)
+                     eval_every=max(1, steps // 8), eval_batches=2, cluster=cluster)
     algos = {
         "ddp": DDP(),
         "ddp-bf16": DDP(bits=16),
@@ -174,43 +179,43 @@ def measure(learners: int, steps: int, inner_steps: int, step_time_s: float, spe
     def cluster(gbit):
         return Cluster(step_time_s=t, link=Link(gbit_per_s=gbit, latency_s=cal["hop_s"]))
 
-    runs, sims = [], {}
-    for gbit in speeds:
-        cfgs = methods(learners, steps, inner_steps, cluster(gbit))
-        lock = {n: c for n, c in cfgs.items() if n != "decoupled"}
-        windows = {n: tuple(window) for n in ("ddp", "ddp-bf16") if n in lock and
-                   vr.predicted_s(lock[n], float(cal["curves"][n].comm_bytes.iloc[-1])
+    table_cfgs = {g: methods(learners, steps, inner_steps, cluster(g)) for g in speeds}
+    windows = {g: {n: tuple(window) for n in ("ddp", "ddp-bf16") if
+                   vr.predicted_s(c[n], float(cal["curves"][n].comm_bytes.iloc[-1])
                                   / learners / steps) > max_run_s}
-        runs += vr.lockstep_runs(gbit, lock, repeats, cal["curves"], windows, pace_s=pace)
-        say(f"{gbit * 1e3:g} Mbit/s: lock-step rows ({', '.join(windows) or 'no'} windowed)")
-        sim, res = vr.simulated(cfgs["decoupled"])
-        sims[gbit] = res
-        calls = None
-        for r in range(repeats):
-            run = vr.decoupled_run(cfgs["decoupled"], sim, "gbit_per_s", gbit, r,
-                                   calls=calls, measure_calls=call_bytes and calls is None,
-                                   progress=progress)
-            calls = run.pop("calls", calls)
-            run.update(sim_outer_steps=float(res.final.outer_steps))
-            runs.append(run)
-            say(f"{gbit * 1e3:g} Mbit/s: Decoupled DiLoCo, repeat {r + 1} of {repeats}")
-    table = speedups(cells(runs))
+               for g, c in table_cfgs.items()}
+    runs = vr.lockstep_runs({g: {n: c for n, c in cfgs.items() if n != "decoupled"}
+                             for g, cfgs in table_cfgs.items()}, repeats, cal["curves"],
+                            windows, pace_s=pace)
+    say("lock-step rows: " + ", ".join(f"{g * 1e3:g} Mbit/s ({', '.join(w) or 'no'} windowed)"
+                                       for g, w in windows.items()))
+    # Decoupled DiLoCo: the table's runs, then (at the slowest link) Ray's bytes per call, then
+    # the decoupling rows at AT, all on one Ray cluster; the simulated runs first
+    sims = {g: vr.simulated(table_cfgs[g]["decoupled"]) for g in speeds}
+    row = methods(learners, steps, inner_steps, cluster(AT))["decoupled"]
+    res = sims[AT][1] if AT in sims else vr.simulated(row)[1]
+    todo = [(scenario, name, c, lock) for scenario in scenarios
+            for name, (c, lock) in decoupling_configs(row, scenario,
+                                                      float(res.final.sim_time_s)).items()]
+    entries = [dict(config=table_cfgs[g]["decoupled"], sim=sims[g], key="gbit_per_s",
+                    value=g, repeat=r) for g in speeds for r in range(repeats)]
+    probe_after = len(entries) if call_bytes else None
+    entries += [dict(config=c, sim=vr.simulated(c), key="scenario", value=scenario, repeat=0)
+                for scenario, _, c, _ in todo]
+    say(f"simulated: {len(speeds)} table runs, {len(todo)} decoupling runs")
+    got = vr.decoupled_runs(entries, probe_after, progress=progress)
+    dec, druns = got[:len(speeds) * repeats], got[len(speeds) * repeats:]
+    for run in dec:
+        run.update(sim_outer_steps=float(sims[run["gbit_per_s"]][1].final.outer_steps))
+    say(f"Decoupled DiLoCo: {len(dec)} table runs, {len(druns)} decoupling runs")
+    table = speedups(cells(runs + dec))
     table = table.assign(learners=learners, steps=steps, inner_steps=inner_steps,
                          step_time_s=t, natural_step_s=cal["t_step"], hop_s=cal["hop_s"])
-    print(markdown(table), flush=True)  # kept in the log should the decoupling rows fail
-    row = methods(learners, steps, inner_steps, cluster(AT))["decoupled"]
-    res = sims.get(AT) or vr.simulated(row)[1]
-    druns = []
-    for scenario in scenarios:
-        for name, (c, lock) in decoupling_configs(row, scenario,
-                                                  float(res.final.sim_time_s)).items():
-            sim, sres = vr.simulated(c)
-            run = vr.decoupled_run(c, sim, "scenario", scenario, 0, progress=progress)
-            run.update(method=name, sim_goodput=float(sres.final.goodput))
-            if lock is not None:
-                run["lockstep"] = vr.simulated(lock)[0]
-            druns.append(run)
-            say(f"decoupling rows: {scenario}, {name}")
+    print(markdown(table), flush=True)
+    for run, (_, name, _, lock), e in zip(druns, todo, entries[len(dec):], strict=True):
+        run.update(method=name, sim_goodput=float(e["sim"][1].final.goodput))
+        if lock is not None:
+            run["lockstep"] = vr.simulated(lock)[0]
     return table, cells(druns, by="scenario")
 
 

@@ -4,11 +4,13 @@ run of `versus_table` (a dict: method, how, measured and simulated [step, val_lo
 - `calibrate`: on loopback, the lock-step compute seconds per step and gloo's fixed cost per
   ring hop, as the `links` job measures them (`distributed.measure`); the same launch runs the
   DDP rows once at full length, for their loss curves.
-- `lockstep_runs`: every repeat of every lock-step method at one link speed in one launch on a
-  `Testbed` of M hosts (real gloo collectives through the throttled links), after a warm-up run
-  of each (a process keeps the compiled programs of a config's shapes and schedule, so the
-  measured runs compile nothing); `window_config` for a DDP run that would last too long.
-- `decoupled_run`: Decoupled DiLoCo on the actor runtime, on a `Testbed` of M + 1 hosts.
+- `lockstep_runs`: every repeat of every lock-step method at every link speed in one launch on
+  a `Testbed` of M hosts (real gloo collectives through the throttled links, their rate set
+  before each run), after a warm-up run of each (a process keeps the compiled programs of a
+  config's shapes and schedule, so the measured runs compile nothing); `window_config` for a
+  DDP run that would last too long.
+- `decoupled_runs`: Decoupled DiLoCo on the actor runtime, on a `Testbed` of M + 1 hosts
+  (one Ray cluster for all of its runs, the link rate set before each).
 - `wire_rows`, `control`: its bytes on the wire beside the booked ones and the control traffic.
 """
 
@@ -91,47 +93,56 @@ def window_config(config: RunConfig, lead: int, window: int) -> RunConfig:
                                warmup_steps=min(config.warmup_steps, lead))
 
 
-def lockstep_runs(gbit: float, configs: dict[str, RunConfig], repeats: int, curves: dict,
-                  windows: dict[str, tuple[int, int]], key: str = "gbit_per_s",
-                  pace_s: float = 0.0) -> list[dict]:
-    """Every repeat of every config of `configs` (lock-step methods, each config's Cluster with
-    the link of `gbit` Gbit/s) in one launch on a `Testbed` of M hosts, the repeats in turn
-    (r = 0: every method, r = 1: every method, ...), after one warm-up run of each method
-    measured end to end, left out (the programs of a run's shapes and schedule are compiled
-    once per process, `algorithms`' caches: the measured runs then compile nothing; a windowed
-    run compiles in its lead, before its window). A method in `windows` ({name: (lead,
-    window)}) runs cut (`window_config`): its seconds per step over the window times its full
-    loss curve (`curves`, from `calibrate`). Every run of the launch carries the hosts' bytes on
-    the wire over the launch ÷ their booked bytes times the collectives' factors
-    (`lockstep_wire_over_model`). `pace_s`: seconds of compute added to every step of every
-    process (`train`'s `pace_s`: the equal compute of the module `versus`)."""
+def lockstep_runs(table: dict[float, dict[str, RunConfig]], repeats: int, curves: dict,
+                  windows: dict[float, dict[str, tuple[int, int]]], pace_s: float = 0.0
+                  ) -> list[dict]:
+    """Every repeat of every lock-step method at every link speed of `table` ({Gbit/s: {name:
+    config}}, each config's Cluster with that link), in one launch on a `Testbed` of M hosts
+    (real gloo collectives through the throttled links): each run's link rate is set on the
+    testbed before it (`launch`'s `set_links`), the speeds in turn, at each the repeats in turn
+    (r = 0: every method, r = 1: every method, ...). First one warm-up run of each method at the
+    first speed, measured end to end, left out (the programs of a run's shapes and schedule are
+    compiled once per process, `algorithms`' caches, and do not depend on the link: the
+    measured runs then compile nothing; a windowed run compiles in its lead, before its
+    window). A method in `windows[gbit]` ({name: (lead, window)}) runs cut there
+    (`window_config`): its seconds per step over the window times its full loss curve
+    (`curves`, from `calibrate`). Every run carries the hosts' bytes on the wire over the
+    launch ÷ their booked bytes times the collectives' factors (`lockstep_wire_over_model`).
+    `pace_s`: seconds of compute added to every step of every process (`train`'s `pace_s`: the
+    equal compute of the module `versus`)."""
     from ..distributed.launch import launch
     from ..distributed.testbed import Testbed
 
-    jobs = [(-1, name, c) for name, c in configs.items() if name not in windows]
-    for r in range(repeats):
-        for name, c in configs.items():
-            jobs.append((r, name, window_config(c, *windows[name]) if name in windows else c))
-    M = next(iter(configs.values())).workers
-    with Testbed(M, Link(gbit_per_s=gbit), quiet=True) as bed:
+    speeds = list(table)
+    end_to_end = {n for g in speeds for n in table[g] if n not in windows.get(g, {})}
+    jobs = [(-1, speeds[0], n, c) for n, c in table[speeds[0]].items() if n in end_to_end]
+    for gbit in speeds:
+        cut = windows.get(gbit, {})
+        for r in range(repeats):
+            for name, c in table[gbit].items():
+                jobs.append((r, gbit, name, window_config(c, *cut[name]) if name in cut else c))
+    M = jobs[0][3].workers
+    with Testbed(M, Link(gbit_per_s=speeds[0]), quiet=True) as bed:
         before = bed.counters()
-        results = launch([c for _, _, c in jobs], processes=M, devices_per_process=1,
-                         testbed=bed, echo=False, timeout_s=3600, pace_s=pace_s)
+        results = launch([c for *_, c in jobs], processes=M, devices_per_process=1,
+                         testbed=bed, echo=False, timeout_s=4 * 3600, pace_s=pace_s,
+                         set_links=True)
         sent = bed.sent_since(before)
     model = sum(float(res.final.comm_bytes) / M
                 * exchange_cost(M, gather=not isinstance(c.algorithm, DDP))[0]
-                for (_, _, c), res in zip(jobs, results, strict=True))
+                for (*_, c), res in zip(jobs, results, strict=True))
     wire = float(np.mean([s["tx_bytes"] for s in sent])) / model if sent else np.nan
     runs = []
-    for (r, name, _), res in zip(jobs, results, strict=True):
+    for (r, gbit, name, _), res in zip(jobs, results, strict=True):
         if r < 0:
             continue  # a warm-up
         h = res.history
-        run = {key: gbit, "method": name, "repeat": r, "lockstep_wire_over_model": wire,
+        run = {"gbit_per_s": gbit, "method": name, "repeat": r,
+               "lockstep_wire_over_model": wire,
                "booked_per_host": float(h.comm_bytes.iloc[-1]) / M,
                "eval_s": float(h.wall_time_s.iloc[-1] - h.train_time_s.iloc[-1])}
-        if name in windows:
-            lead, window = windows[name]
+        if name in windows.get(gbit, {}):
+            lead, window = windows[gbit][name]
             run.update(how=f"window of {window} steps",
                        measured=paced(curves[name], window_rate(h, "train_time_s", lead)),
                        simulated=paced(curves[name], window_rate(h, "sim_time_s", lead)),
@@ -161,34 +172,59 @@ def flush_end_s(result) -> float:
     return float(result.wire[0]["s"]) - START_IN_S
 
 
-def decoupled_run(config: RunConfig, simulated: pd.DataFrame, key: str, value, repeat: int,
-                  calls: dict | None = None, measure_calls: bool = False,
-                  progress: bool = False) -> dict:
-    """One run of `config` (a DecoupledDiLoCo) on the actor runtime, on a `Testbed` of M + 1
-    hosts at its Cluster's link rate (the syncer on host 0), as a run of `versus_table`; its
-    last row's time moved to the end of the flush where the meter saw it (`flush_end_s`).
-    `calls`: Ray's bytes per call at this speed (`hosts.call_bytes`), for the control traffic;
-    `measure_calls`: measure them after the run, on the same testbed (they go in "calls")."""
+def decoupled_runs(entries: list[dict], probe_after: int | None = None,
+                   progress: bool = False) -> list[dict]:
+    """Decoupled DiLoCo runs on the actor runtime, all on one `Testbed` of M + 1 hosts (the
+    syncer on host 0) and one Ray cluster on it, in turn, each at its config's link rate
+    (`hosts.trains_on_testbed`). `entries`: dicts of "config", "sim" (`simulated` of it),
+    `key` and its value, "repeat": each gives a run of `versus_table` with the simulated curve
+    beside it, its last row's time moved to the end of the flush where the meter saw it
+    (`flush_end_s`), and its killed learners' replacement times (`kill_times`).
+    `probe_after`: after that many entries, Ray's bytes per call are measured at the rate then
+    set (`hosts.call_bytes`), and every run at that rate gets its control traffic
+    (`wire_rows`)."""
     from ..distributed.testbed import Testbed
-    from .hosts import call_bytes, train_on_testbed
+    from .hosts import trains_on_testbed
 
-    link = Link(gbit_per_s=config.cluster.link.gbit_per_s)
-    with Testbed(config.workers + 1, link, quiet=True) as bed:
-        dec = train_on_testbed(config, bed, progress=progress)
-        if measure_calls and bed.emulated:
-            calls = call_bytes(bed, payload=_payload_size(dec))
-    measured = curve(dec.history, "sim_time_s")
-    end = flush_end_s(dec)
-    flush = max(0.0, end - measured.time_s.iloc[-1]) if np.isfinite(end) else np.nan
-    if np.isfinite(flush):
-        measured.loc[measured.index[-1], "time_s"] += flush
-    out = {key: value, "method": "decoupled", "repeat": repeat, "how": "end to end",
-           "measured": measured, "simulated": simulated, "flush_s": flush,
-           "outer_steps": float(dec.final.outer_steps), "goodput": float(dec.final.goodput),
-           "booked_per_host": float(dec.final.comm_bytes) / config.workers,
-           **wire_rows(dec, calls)}
-    if measure_calls:
-        out["calls"] = calls
+    first = entries[0]["config"]
+    jobs = [e["config"] for e in entries]
+    at = None
+    if probe_after is not None:
+        e = entries[probe_after - 1]
+        at = e["config"].cluster.link.gbit_per_s
+        jobs.insert(probe_after, dict(payload=_payload_size(e["sim"][1])))
+    with Testbed(first.workers + 1, Link(gbit_per_s=first.cluster.link.gbit_per_s),
+                 quiet=True) as bed:
+        got = trains_on_testbed(jobs, bed, progress=progress)
+    calls = got.pop(probe_after) if probe_after is not None else None
+    runs = []
+    for e, dec in zip(entries, got, strict=True):
+        config = e["config"]
+        measured = curve(dec.history, "sim_time_s")
+        end = flush_end_s(dec)
+        flush = max(0.0, end - measured.time_s.iloc[-1]) if np.isfinite(end) else np.nan
+        if np.isfinite(flush):
+            measured.loc[measured.index[-1], "time_s"] += flush
+        per_call = calls if config.cluster.link.gbit_per_s == at else None
+        runs.append({e["key"]: e["value"], "method": "decoupled", "repeat": e["repeat"],
+                     "how": "end to end", "measured": measured, "simulated": e["sim"][0],
+                     "flush_s": flush, "outer_steps": float(dec.final.outer_steps),
+                     "goodput": float(dec.final.goodput),
+                     "booked_per_host": float(dec.final.comm_bytes) / config.workers,
+                     **kill_times(dec), **wire_rows(dec, per_call)})
+    return runs
+
+
+def kill_times(result) -> dict:
+    """A run's killed learners' replacements (`RunResult.runtime["kills"]`): the longest time
+    from a kill to its replacement running (`max_ready_s`) and from the window's end to its
+    first step (`max_first_step_s`); nothing without a kill."""
+    kills = (getattr(result, "runtime", None) or {}).get("kills") or []
+    out = {}
+    for key in ("ready_s", "first_step_s"):
+        got = [k[key] for k in kills if np.isfinite(k[key])]
+        if got:
+            out[f"max_{key}"] = float(max(got))
     return out
 
 

@@ -21,6 +21,7 @@ class Job:
     progress: bool = False
     heartbeat_s: int = 30
     pace_s: float = 0.0  # `train`'s: seconds of compute added to every step
+    testbed_hosts: int | None = None  # set each config's link rate on them (`launch`'s set_links)
 
 
 def resolve_configs(configs: bytes | str) -> list:

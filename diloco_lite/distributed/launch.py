@@ -79,7 +79,8 @@ class LaunchError(RuntimeError):
 
 def launch(configs, processes: int = 2, devices_per_process: int = 4, *, testbed=None,
            timeout_s: float | None = None, progress: bool = False, echo: bool = True,
-           workdir: str | Path | None = None, pace_s: float = 0.0) -> list:
+           workdir: str | Path | None = None, pace_s: float = 0.0,
+           set_links: bool = False) -> list:
     """Run each config of `configs` (a `RunConfig`, a list of them, or a `"module:function"`
     reference returning either) across `processes` local processes of `devices_per_process`
     CPU devices each; returns process 0's `RunResult`s, one per config, in order.
@@ -89,7 +90,10 @@ def launch(configs, processes: int = 2, devices_per_process: int = 4, *, testbed
     `workdir`: where the job, the logs and the results go (default: a new temporary
     directory); one given must be this user's and writable by no one else (`own_workdir`).
     `pace_s`: every process runs `train(config, pace_s=pace_s)` (an emulated slower chip:
-    `pace_s` more seconds of compute per step)."""
+    `pace_s` more seconds of compute per step). `set_links`: before each config's run, its
+    `Cluster.link` rate becomes the rate of every link of `testbed` (`testbed.set_rate`, by
+    process 0, then all processes meet), so one set of processes measures several link speeds
+    in turn, compiling each program once (a config whose link is free keeps the rate set)."""
     check_int("processes", processes, 1, 64)
     check_nonnegative("pace_s", pace_s)
     check_int("devices_per_process", devices_per_process, 1, 512)
@@ -106,7 +110,9 @@ def launch(configs, processes: int = 2, devices_per_process: int = 4, *, testbed
         host0 = testbed.address(0) if testbed is not None else "127.0.0.1"
         job = Job(configs=payload, processes=processes, devices_per_process=devices_per_process,
                   coordinator=f"{host0}:{_free_port()}", out=str(workdir / "results.pkl"),
-                  progress=progress, pace_s=float(pace_s))
+                  progress=progress, pace_s=float(pace_s),
+                  testbed_hosts=testbed.hosts if set_links and testbed is not None
+                  and testbed.emulated else None)
         (workdir / "job.pkl").write_bytes(pickle.dumps(job))
         children = []
         try:  # a process that fails to start, or Ctrl-C meanwhile, ends the ones started

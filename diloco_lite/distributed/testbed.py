@@ -172,10 +172,7 @@ class Testbed:
     def _shape(self, ns: str, dev: str, latency_s: float) -> None:
         if math.isinf(self.link.gbit_per_s):
             return
-        rate = self.link.gbit_per_s * 1e9  # bit/s
-        burst = max(int(rate / 8 / 250), 16_000)  # one 4 ms tick's worth (HZ=250), ≥ 16 kB
-        limit = max(int(rate / 8 * 0.2), 256_000)  # 200 ms of queue: TCP, not drops, paces
-        tbf = ["tbf", "rate", f"{int(rate)}bit", "burst", str(burst), "limit", str(limit)]
+        tbf = _tbf(self.link.gbit_per_s)
         parent = ["root", "handle", "1:"]
         if latency_s > 0:
             try:
@@ -190,6 +187,29 @@ class Testbed:
     def _say(self, text: str) -> None:
         if not self.quiet:
             print(text, file=sys.stderr, flush=True)
+
+
+def _tbf(gbit_per_s: float) -> list[str]:
+    """The token bucket of a link of `gbit_per_s`, as `tc` arguments."""
+    rate = gbit_per_s * 1e9  # bit/s
+    burst = max(int(rate / 8 / 250), 16_000)  # one 4 ms tick's worth (HZ=250), ≥ 16 kB
+    limit = max(int(rate / 8 * 0.2), 256_000)  # 200 ms of queue: TCP, not drops, paces
+    return ["tbf", "rate", f"{int(rate)}bit", "burst", str(burst), "limit", str(limit)]
+
+
+def set_rate(hosts: int, gbit_per_s: float) -> None:
+    """Every link of a testbed of `hosts` hosts that exists (root: from any process, e.g. one
+    running inside a host) now carries `gbit_per_s` each way: its token buckets replaced (a
+    netem delay stays). Lets one set of processes measure several link speeds in turn."""
+    from ..validate import check_positive
+
+    check_positive("gbit_per_s", gbit_per_s)  # (a testbed's infinite link has no bucket)
+    for k in range(hosts):
+        for ns, dev in ((f"{PREFIX}h{k}", "eth0"), (SWITCH, f"{PREFIX}p{k}")):
+            shown = _run("tc", "-n", ns, "qdisc", "show", "dev", dev)
+            where = (["parent", "1:1", "handle", "10:"] if "netem" in shown
+                     else ["root", "handle", "1:"])
+            _run("tc", "-n", ns, "qdisc", "change", "dev", dev, *where, *_tbf(gbit_per_s))
 
 
 def host_counters(hosts: int) -> list[dict]:

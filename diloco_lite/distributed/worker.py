@@ -5,7 +5,8 @@ process ends when the launcher does). It reads the job (a pickled `Job`), emulat
 devices, joins the others with `jax.distributed.initialize` over gloo's TCP collectives
 (process 0's coordination service bound to the launch's address, `Job.coordinator`; that
 argument and the heartbeat's exist from jax 0.7.2, Colab's, to 0.10), and runs
-`train(config)` for each config of the job: the worker mesh spans every process's devices,
+`train(config)` for each config of the job (with `launch`'s `set_links`, its link rate set on
+the testbed first): the worker mesh spans every process's devices,
 each process builds and places only its own workers' batches. Process 0 alone evaluates and
 writes the results (pickled, atomically, to `Job.out`); the others exit 0.
 
@@ -55,7 +56,19 @@ def main(job_path: str, process_id: int) -> int:
                                heartbeat_timeout_seconds=job.heartbeat_s,
                                coordinator_bind_address=job.coordinator)
     configs = resolve_configs(job.configs)
-    results = [dl.train(c, progress=job.progress, pace_s=job.pace_s) for c in configs]
+    results, rate = [], None
+    for c in configs:
+        want = c.cluster.link.gbit_per_s if c.cluster is not None else rate
+        if job.testbed_hosts is not None and want != rate and want != float("inf"):
+            rate = want  # `launch`'s set_links
+            if process_id == 0:
+                from .testbed import set_rate
+
+                set_rate(job.testbed_hosts, rate)
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(f"link at {rate} Gbit/s")  # all after it
+        results.append(dl.train(c, progress=job.progress, pace_s=job.pace_s))
     if process_id == 0:
         # the launcher re-attaches the configs (a config may hold closures, e.g. optax's)
         plain = [dataclasses.replace(r, config=None) for r in results]
