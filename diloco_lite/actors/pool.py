@@ -1,4 +1,4 @@
-"""The actor runtime's processes: the syncer, one learner per slot, and a warm spare per slot.
+"""The actor runtime's processes: the syncer, one learner per slot, and warm spare learners.
 
 A learner's process that dies is not restarted: a new one would import JAX, build the model
 and compile (tens of seconds on a busy machine), while the run goes on without it. Spares are
