@@ -1,19 +1,13 @@
-"""The actor runtime's processes: the syncer, one learner per slot, and warm spare learners.
+"""The actor runtime's processes: the syncer, one learner per slot, and a warm spare per slot.
 
 A learner's process that dies is not restarted: a new one would import JAX, build the model
-and compile (tens of seconds on a busy machine), while the run goes on without it. Spares are
-built instead and warmed up (compiled) before the clock starts: M of them, one per learner.
-Any spare can serve any slot (the programs of all slots are the same; a slot is only which
-rows of the data it reads, set when the spare starts to run: `Learner.run(slot=m)`), but not
-any host: with placement (one host per learner) a host's spare serves only its learner, on
-one machine the M spares serve every slot, so a slot killed twice before its spare is
-rebuilt takes another's. When learner m's process dies (killed by the driver at a failure
-window, or anything else), `promote(m)` makes a spare slot m's process, the first of its host
-that is ready (the syncer is told its handle: `Syncer.replace`), and a new spare is built
-behind it, in the background, at a low CPU priority (`Learner(low_priority=True)`: it takes
-the cores the learners leave, and its own priority goes back up when it is promoted). The
-promoted spare waits out the window and rejoins as any returning learner (Θ and a peer's inner
-state).
+and compile (tens of seconds on a busy machine), while the run goes on without it. Each slot
+m instead has a spare: a process built for learner m (its data shard is m's: `LearnerProgram`
+reads rows [m]) and warmed up (compiled) before the clock starts, on the same host as the
+learner it backs. When learner m's process dies (killed by the driver at a failure window, or
+anything else), `promote(m)` makes the spare slot m's process (the syncer is told its handle:
+`Syncer.replace`), and a new spare is built behind it, in the background. The promoted spare
+waits out the window and rejoins as any returning learner (Θ and a peer's inner state).
 
 Without spares (`spares=False`, the default where the `Cluster` has no failures) a process is
 built on demand, cold. `clock_offsets` measures each learner's clock against the syncer's.
@@ -38,9 +32,7 @@ class Pool:
         # and its spare (and the spares built later) fit on the same host
         self.where = (lambda k: dict(resources={f"host{k}": 0.01})) if placement else (  # noqa: E731
             lambda k: {})
-        self.host = (lambda m: m + 1) if placement else (lambda m: 1)  # noqa: E731
-        self.syncer, self.learners = None, []
-        self.spares: dict[int, list] = {}  # host -> [(a spare, its `ready` call)], oldest first
+        self.syncer, self.learners, self.spares = None, [], [None] * self.M
         self.gone: list = []  # processes killed or dead (killed again at the end, to be sure)
 
     def build(self, params, hold_s: float, cache_dir: str, drop=None, resend_s=None) -> None:
@@ -52,11 +44,9 @@ class Pool:
             self.config, params, hold_s, cache_dir, drop)
         self.learners = [self._new(m) for m in range(self.M)]
         if self.warm:
-            for m in range(self.M):
-                self._spare(m)
-        self.ray.get([a.ready.remote(self.syncer) for a in self.learners]
-                     + [r for queue in self.spares.values() for _, r in queue]
-                     + [self.syncer.status.remote()])
+            self.spares = [self._new(m) for m in range(self.M)]
+        every = self.learners + [s for s in self.spares if s is not None]
+        self.ray.get([a.ready.remote(self.syncer) for a in every] + [self.syncer.status.remote()])
 
     def kill(self, m: int) -> None:
         """Learner m's process, killed for good (no restart by Ray: a spare takes its place)."""
@@ -64,19 +54,15 @@ class Pool:
         self.gone.append(self.learners[m])
 
     def promote(self, m: int):
-        """Slot m's process is gone: a spare of its host serves slot m, the first that is
-        ready, else the oldest (without one: a new process, cold), and a new spare is built
-        behind it. Returns slot m's new process (its `run` takes `slot=m`)."""
-        queue = self.spares.get(self.host(m), [])
-        if queue:
-            done, _ = self.ray.wait([r for _, r in queue], num_returns=len(queue), timeout=0)
-            new, _ = queue.pop(next((i for i, (_, r) in enumerate(queue) if r in done), 0))
-        else:
-            new = self._new(m)
+        """Slot m's process is gone: its spare serves slot m (without one: a new process,
+        cold), and a new spare is built behind it. Returns slot m's new process."""
+        new = self.spares[m] if self.spares[m] is not None else self._new(m)
         self.gone.append(self.learners[m])  # (killed, or dead: killed again at the end)
         self.learners[m] = new
-        if self.warm:  # in the background, at a low priority
-            self._spare(m, low_priority=True)
+        self.spares[m] = None
+        if self.warm:  # in the background; `ready` loads the syncer's class now, not at its turn
+            self.spares[m] = self._new(m)
+            self.spares[m].ready.remote(self.syncer)
         self.ray.get(self.syncer.replace.remote(m, new))
         return new
 
@@ -99,18 +85,11 @@ class Pool:
 
     def close(self) -> None:
         """Every process of the run, killed (on every way out)."""
-        every = self.learners + self.gone + [a for q in self.spares.values() for a, _ in q]
+        every = self.learners + self.gone + [s for s in self.spares if s is not None]
         for a in every + ([self.syncer] if self.syncer is not None else []):
             self.ray.kill(a, no_restart=True)
 
-    def _spare(self, m: int, low_priority: bool = False) -> None:
-        """A new spare on slot m's host (`ready` loads the syncer's class now, not at its
-        turn)."""
-        a = self._new(m, low_priority)
-        self.spares.setdefault(self.host(m), []).append((a, a.ready.remote(self.syncer)))
-
-    def _new(self, m: int, low_priority: bool = False):
+    def _new(self, m: int):
         Learner, _ = actor_classes()
         return Learner.options(num_cpus=0, max_restarts=0, max_task_retries=0,
-                               **self.where(m + 1)).remote(self.config, m, *self.args,
-                                                           low_priority=low_priority)
+                               **self.where(m + 1)).remote(self.config, m, *self.args)

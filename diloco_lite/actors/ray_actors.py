@@ -12,8 +12,7 @@
   asks for its inner optimizer state at its next step boundary (for a returning peer). At its
   stop position it waits until the syncer has every answer it sent, reports, and waits for a
   new stop (a learner went down) or the end. A new process after a kill waits out the
-  window, then rejoins (`Syncer.rejoin`). A spare (`actors.pool`) is built at a low CPU
-  priority (`low_priority`) and serves the slot its `run` names, at the normal priority.
+  window, then rejoins (`Syncer.rejoin`).
   Its messages come numbered, taken in order (`actors.inbox`); one it waits for that does
   not come is asked for again (`Syncer.resend`), and a bounded wait ends in `MessageLost`.
 - `Syncer`: `actors.syncer_actor.SyncerActor` (`SyncerRuntime` under a lock, waiting on a
@@ -31,24 +30,6 @@ from .inbox import RESEND_S, Inbox
 from .syncer_actor import SyncerActor, setup_process, unbooked_bytes  # noqa: F401
 
 CLOCK_SAMPLES = 5  # round trips to the syncer's clock per offset measurement (the fastest wins)
-LOW_PRIORITY = 10  # a spare's niceness while it is built (the learners' is 0)
-
-
-def niceness(value: int) -> None:
-    """Every thread of this process at nice `value` (on Linux a thread's priority is its own;
-    threads started later inherit their creator's). Best effort: raising a priority back may
-    be refused to a user who is not root, and other systems are left alone."""
-    import os
-
-    try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        return
-    for tid in tids:
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, value)
-        except OSError:
-            pass
 
 
 def import_ray():
@@ -67,9 +48,7 @@ def actor_classes():
 
     @ray.remote(max_concurrency=4)
     class Learner:
-        def __init__(self, config, m, params, cache_dir, resend_s=None, low_priority=False):
-            if low_priority:  # before JAX starts its threads: they inherit it
-                niceness(LOW_PRIORITY)
+        def __init__(self, config, m, params, cache_dir, resend_s=None):
             setup_process(cache_dir)
             from ..clock import Timeline
             from ..clock.schedule import Schedule
@@ -105,12 +84,8 @@ def actor_classes():
             "upload")."""
             self.mail.put(message, reply, life, number)
 
-        def run(self, syncer, t0, messages=None, back_at=None, slot=None):
+        def run(self, syncer, t0, messages=None, back_at=None):
             from .agent import LearnerAgent
-
-            if slot is not None:  # a spare, promoted (`actors.pool`)
-                niceness(0)
-                self.m = self.program.m = self.mail.m = slot
 
             prog, m, P, tau = self.program, self.m, self.schedule.fragments, \
                 self.schedule.overlap

@@ -201,7 +201,7 @@ def _drive(ray, config, pool, t0, first, progress, stall_s) -> dict:
     last, seen = time.time(), -1
 
     def replace(m, back):  # slot m's process died: its spare waits out `back`, then rejoins
-        running[pool.promote(m).run.remote(syncer, t0, None, back, slot=m)] = m
+        running[pool.promote(m).run.remote(syncer, t0, None, back)] = m
 
     with _progress(config, progress) as bar:
         while True:
