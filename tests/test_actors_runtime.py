@@ -184,4 +184,3 @@ def test_the_clock_offsets_warn_only_beyond_half_of_hold_s_and_its_error_bound()
         pool_with([(0.006, 0.004)]).clock_offsets(0.01)
     with pytest.warns(UserWarning, match="learner 1's clock is -8.0 ms"):
         pool_with([(0.001, 0.001), (-0.008, 0.004)]).clock_offsets(0.01)
-

@@ -136,11 +136,7 @@ def measure(learners: int = 4, steps: int = 240, inner_steps: int = 20,
                    resent=real.runtime["resent"], restamped=real.runtime["restamped"],
                    clock_offset_s=real.runtime["clock"]["max_abs_offset_s"])
         if name == "failures":
-            kills = real.runtime["kills"]
-            for key in ("ready_s", "first_step_s"):
-                got = [k[key] for k in kills if np.isfinite(k[key])]
-                row[key] = float(np.mean(got)) if got else np.nan
-                row[f"max_{key}"] = float(np.max(got)) if got else np.nan
+            row.update(replacement_times(real.runtime["kills"]))
             windows = real_windows(real)
             detect = [d - k for _, k, _, d in windows if np.isfinite(d)]
             restart = [b - d for _, _, b, d in windows if np.isfinite(b) and np.isfinite(d)]
@@ -168,6 +164,18 @@ def describe(learners: int, steps: int, inner_steps: int, step_time_s: float, mt
     return (f"{learners} learners on Ray actors (1 CPU device each, loopback), default model, "
             f"{steps} steps, H={inner_steps}, P=4, tau=2, 4-bit, K=1, RDA; {step_time_s:g} s "
             f"per step; failures every {mtbf_s:g} s per learner, down {down_s:g} s")
+
+
+def replacement_times(kills: list) -> dict:
+    """Per run, what its killed learners' replacements took (`RunResult.runtime["kills"]`):
+    `ready_s` (from a kill until the next process runs) and `first_step_s` (from the window's
+    end until its first step), their mean and their largest (`max_...`); NaN without any."""
+    out = {}
+    for key in ("ready_s", "first_step_s"):
+        got = [k[key] for k in kills if np.isfinite(k[key])]
+        out[key] = float(np.mean(got)) if got else np.nan
+        out[f"max_{key}"] = float(np.max(got)) if got else np.nan
+    return out
 
 
 def result_rows(table: pd.DataFrame, config: str) -> list[dict]:

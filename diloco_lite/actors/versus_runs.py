@@ -216,16 +216,14 @@ def decoupled_runs(entries: list[dict], probe_after: int | None = None,
 
 
 def kill_times(result) -> dict:
-    """A run's killed learners' replacements (`RunResult.runtime["kills"]`): the longest time
+    """A run's killed learners' replacements (`measure.replacement_times`): the longest time
     from a kill to its replacement running (`max_ready_s`) and from the window's end to its
     first step (`max_first_step_s`); nothing without a kill."""
+    from .measure import replacement_times
+
     kills = (getattr(result, "runtime", None) or {}).get("kills") or []
-    out = {}
-    for key in ("ready_s", "first_step_s"):
-        got = [k[key] for k in kills if np.isfinite(k[key])]
-        if got:
-            out[f"max_{key}"] = float(max(got))
-    return out
+    return {k: v for k, v in replacement_times(kills).items()
+            if k.startswith("max_") and np.isfinite(v)}
 
 
 def simulated(config: RunConfig) -> tuple[pd.DataFrame, object]:
