@@ -15,7 +15,8 @@ links.
 
 The last tests check the runtime's edges by hand: the end of a run (an answer after the
 budget's last step, a merge still being computed), an answer after a grace deadline, a
-learner killed while waiting to rejoin, and a restarted learner's flush payload.
+learner killed while waiting to rejoin, a failure window of a learner still down
+(`SyncerActor.window`, the actor driven by hand), and a restarted learner's flush payload.
 """
 
 import functools
@@ -23,6 +24,9 @@ import heapq
 import itertools
 import math
 import operator
+import threading
+import time
+from types import SimpleNamespace
 
 import jax
 import numpy as np
@@ -30,6 +34,7 @@ import optax
 import pytest
 
 import diloco_lite as dl
+from diloco_lite.actors import syncer_actor
 from diloco_lite.actors.agent import LearnerAgent
 from diloco_lite.actors.learner import LearnerProgram
 from diloco_lite.actors.syncer import SyncerRuntime
@@ -506,6 +511,70 @@ def test_a_learner_killed_while_waiting_to_rejoin_never_takes_the_next_ones_stat
     assert (state, got["inner"], got["k"], got["t"]) == ("ready", "learner 0's state", 1, 1.0)
     assert [(what, data[0]) for _, _, _, what, data in rt.books.items
             if what in ("fail", "reload")] == [("fail", 1), ("reload", 1)]
+
+
+def test_a_window_of_a_learner_still_down_extends_its_downtime_and_delays_its_rejoin(
+        monkeypatch):
+    """`SyncerActor.window` driven by hand (no Ray: its learners' handles record what they are
+    sent; its clock is set by hand). Learner 1 up: "kill", and nothing changes. Once it has
+    failed: "extended", the kill logged, down until the window's end (the later one of two
+    windows); its rejoin waits for that end before it asks a peer for its state."""
+    monkeypatch.setattr(syncer_actor, "setup_process", lambda cache_dir: None)  # (no JAX set-up)
+    cfg = decoupled(quorum=1)
+    _, model, _, _ = setup(cfg, workers=1)
+    actor = syncer_actor.SyncerActor(cfg, model.init(cfg.seed), 0.0, None)
+    heard = []
+    actor.learners = [SimpleNamespace(hear=SimpleNamespace(
+        remote=lambda *message, m=m: heard.append((m, message)))) for m in range(cfg.workers)]
+    now = [0.3]
+    actor._now = lambda: now[0]  # the run's clock, by hand (no timer thread runs)
+    rt = actor.rt
+    agents = [LearnerAgent(m, cfg.algorithm.fragments, cfg.algorithm.overlap)
+              for m in range(cfg.workers)]
+    for a, messages in zip(agents, rt.start(), strict=True):
+        for message in messages:
+            a.hear(message)
+    for m in range(3):
+        answers_at(rt, agents, m, 0.2)
+        rt.reported(m, 0, agents[m].take_report())
+
+    def kills():
+        return [data[0] for _, _, _, what, data in rt.books.items if what == "kill"]
+
+    version, items = actor.version, len(rt.books.items)
+    assert actor.window(1, 0.8) == "kill"  # up: the driver kills it
+    assert (actor.down_until, actor.version, len(rt.books.items), heard, rt.up) == (
+        {}, version, items, [], [True, True, True])
+    actor.failed(1)  # its death heard of at 0.3 s
+    assert rt.up == [True, False, True] and kills() == []
+    assert actor.window(1, 0.8, for_good=True) == "kill" and actor.down_until == {}
+    assert actor.window(1, 0.8) == "extended"
+    assert actor.down_until == {1: 0.8} and kills() == [1] and actor.version > version
+    now[0] = 0.4
+    assert actor.window(1, 0.6) == "extended"  # a shorter window: down until the later end
+    assert actor.down_until == {1: 0.8} and kills() == [1, 1]
+
+    got = []
+    rejoin = threading.Thread(target=lambda: got.append(actor.rejoin(1)), daemon=True)
+    now[0] = 0.5
+    heard.clear()
+    rejoin.start()
+    rejoin.join(0.2)
+    assert rejoin.is_alive() and rt.peer_of == {} and heard == []  # 0.5 s: before 0.8 s
+    with actor.cv:
+        now[0] = 0.8  # the window's end
+        actor._changed()
+    deadline = time.monotonic() + 10.0
+    while 1 not in rt.peer_of and time.monotonic() < deadline:
+        time.sleep(0.01)
+    peer = rt.peer_of[1]  # asked to upload its state at its next boundary
+    assert [(m, message[0]) for m, message in heard] == [(peer, ("upload", 1))]
+    assert got == [] and rejoin.is_alive()
+    now[0] = 0.9
+    actor.peer_state(peer, "the peer's state", 0.9)
+    rejoin.join(10.0)
+    assert not rejoin.is_alive()
+    assert (got[0]["inner"], got[0]["t"]) == ("the peer's state", 0.9)
 
 
 def test_a_restarted_learner_that_has_not_rejoined_gives_no_flush_payload():

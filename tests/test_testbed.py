@@ -84,6 +84,27 @@ def test_set_rate_changes_every_link_of_a_testbed_that_exists():
             tb.set_rate(2, 0)
 
 
+def congestion_control(bed, k: int) -> str:
+    return subprocess.run(bed.command(k, ["sysctl", "-n", "net.ipv4.tcp_congestion_control"]),
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+@needs_namespaces
+def test_the_hosts_tcp_congestion_control_is_the_one_asked_for():
+    """`tcp="reno"`: every host's namespace runs Reno, whatever the machine's default (BBR
+    here); without it, each host keeps the default. An unknown name is refused, naming the
+    field, before anything is built."""
+    default = subprocess.run(["sysctl", "-n", "net.ipv4.tcp_congestion_control"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    with tb.Testbed(2, Link(gbit_per_s=0.1), tcp="reno") as bed:
+        assert [congestion_control(bed, k) for k in range(2)] == ["reno", "reno"]
+    with tb.Testbed(2, Link(gbit_per_s=0.1)) as bed:
+        assert [congestion_control(bed, k) for k in range(2)] == [default, default]
+    with pytest.raises(ValueError, match="tcp='vegas' is invalid"):
+        tb.Testbed(2, tcp="vegas")
+    assert namespaces() == []
+
+
 @needs_namespaces
 def test_leftovers_of_a_crashed_run_are_removed():
     subprocess.run(["ip", "netns", "add", "dlt-h7"], check=True)

@@ -47,22 +47,26 @@ def test_the_target_is_the_worst_final_loss_and_each_time_to_it_is_interpolated(
     assert t.measured_over_sim[0.1, "ddp"] == pytest.approx(1.0)
 
 
-def test_the_simulated_clock_has_its_own_target_among_its_own_runs():
+def test_the_simulated_clock_has_its_own_target_and_the_target_is_one_every_curve_reaches():
     runs = [run("ddp", 0.1, [1, 2, 3, 4], [3.0, 2.6, 2.2, 2.0], sim_times=[2, 4, 6, 8]),
             run("decoupled", 0.1, [1, 2, 3, 4], [2.9, 2.5, 2.4, 2.3],
                 sim_times=[1, 2, 3, 4], sim_losses=[2.9, 2.5, 2.4, 2.4])]
     t = versus.cells(runs).set_index("method")
-    assert t.sim_target_loss["ddp"] == 2.4 and t.target_loss["ddp"] == 2.3
+    # the measured runs' worst final loss is 2.3, but the clock's Decoupled ends at 2.4: the
+    # target is 2.4, a loss every curve reaches
+    assert t.sim_target_loss["ddp"] == 2.4 and t.target_loss["ddp"] == 2.4
     # the clock's DDP to its own target: 2.4 halfway between 2.6 (4 s) and 2.2 (6 s)
     assert t.sim_own_s["ddp"] == pytest.approx(5.0)
     assert t.sim_own_s["decoupled"] == pytest.approx(3.0)  # its first row at 2.4
-    # ... and to the measured target (measured ÷ clock compares the same loss): 2.3 three
-    # quarters of the way from 2.6 (4 s) to 2.2 (6 s); the clock's Decoupled never gets there
-    assert t.sim_s["ddp"] == pytest.approx(5.5)
-    assert t.measured_over_sim["ddp"] == pytest.approx(2.75 / 5.5)
-    assert np.isnan(t.sim_s["decoupled"])
+    # measured ÷ clock compares the same loss: measured DDP at 2.4 halfway from 2 s to 3 s
+    assert t.s["ddp"] == pytest.approx(2.5) and t.sim_s["ddp"] == pytest.approx(5.0)
+    assert t.measured_over_sim["ddp"] == pytest.approx(2.5 / 5.0)
+    assert t.s["decoupled"] == pytest.approx(3.0) and t.sim_s["decoupled"] == pytest.approx(3.0)
     assert versus.speedups(versus.cells(runs)).set_index("method").sim_speedup[
         "decoupled"] == pytest.approx(5.0 / 3.0)
+    # where the measured runs end worse than the clock's, theirs is the target
+    worse = [run("ddp", 0.1, [1, 2, 3, 4], [3.0, 2.6, 2.2, 2.2], sim_losses=[3.0, 2.6, 2.2, 2.0])]
+    assert versus.cells(worse).target_loss[0] == 2.2
 
 
 def test_repeats_give_the_median_and_the_min_and_max_and_extras_their_mean():
@@ -355,6 +359,30 @@ def test_a_runs_startup_is_its_first_block_beyond_the_pace_of_the_rest():
     assert versus_runs.startup_s(h) == pytest.approx(5.0 - 10 * 0.05)
 
 
+def test_a_runs_kill_times_are_its_replacements_longest_finite_times():
+    """`kill_times`: over `runtime["kills"]` (`runtime._kills`), the largest `ready_s` and
+    `first_step_s` among the finite ones; a run without a kill (or a runtime) gives nothing,
+    and one whose replacements never served (NaN) leaves that time out."""
+    def kill(m, kill_s, back_s, ready_s, first_step_s):
+        return dict(learner=m, kill_s=kill_s, back_s=back_s, ready_s=ready_s,
+                    first_step_s=first_step_s)
+
+    kills = [kill(0, 1.0, 2.0, 0.25, 0.5),
+             kill(1, 3.0, 4.5, 0.75, np.nan),  # its replacement never took a step
+             kill(0, 5.0, 6.0, np.nan, 1.25)]  # never ran (killed again, or the end)
+    got = versus_runs.kill_times(SimpleNamespace(runtime={"kills": kills}))
+    assert got == {"max_ready_s": max(0.25, 0.75), "max_first_step_s": max(0.5, 1.25)}
+    # one kill whose replacement never ran: no time at all
+    assert versus_runs.kill_times(SimpleNamespace(runtime={"kills": [kills[2]]})) == {
+        "max_first_step_s": 1.25}
+    assert versus_runs.kill_times(SimpleNamespace(runtime={"kills": [
+        kill(2, 1.0, 2.0, np.nan, np.inf)]})) == {}
+    assert versus_runs.kill_times(SimpleNamespace(runtime={"kills": []})) == {}
+    assert versus_runs.kill_times(SimpleNamespace(runtime={"clock": {}})) == {}
+    assert versus_runs.kill_times(SimpleNamespace(runtime=None)) == {}
+    assert versus_runs.kill_times(SimpleNamespace()) == {}
+
+
 def test_the_decoupling_rows_time_the_lockstep_reference_to_the_clocks_target():
     steps = [10, 20, 30, 40]
     runs = [dict(scenario="killed", method=m, repeat=0, how="end to end", goodput=g,
@@ -365,8 +393,10 @@ def test_the_decoupling_rows_time_the_lockstep_reference_to_the_clocks_target():
     runs[0]["lockstep"] = history(steps, [3.0, 2.6, 2.2, 1.5], [2, 4, 6, 8])
     t = versus.cells(runs, by="scenario").set_index("method")
     assert t.sim_target_loss["diloco"] == 2.1  # decoupled's final, the worse one
-    assert t.target_loss["diloco"] == pytest.approx(2.05)  # measured: decoupled's, 2.1 - 0.05
-    # timed to the measured target, as `sim_s`: 2.05 lies 0.15 of 0.7 of the way from 2.2
-    # (6 s) to 1.5 (8 s)
-    assert t.lockstep_sim_s["diloco"] == pytest.approx(6.0 + 2.0 * 0.15 / 0.7)
+    # the target: the worst final of every run, measured (decoupled's 2.05) or on the clock
+    # (decoupled's 2.1)
+    assert t.target_loss["diloco"] == pytest.approx(2.1)
+    # timed to the target, as `sim_s`: 2.1 lies 0.1 of 0.7 of the way from 2.2 (6 s) to 1.5
+    # (8 s)
+    assert t.lockstep_sim_s["diloco"] == pytest.approx(6.0 + 2.0 * 0.1 / 0.7)
     assert np.isnan(t.lockstep_sim_s["decoupled"]) and t.goodput["decoupled"] == 0.9

@@ -15,16 +15,18 @@ hosts, the default model, the same tokens (M × `steps` sequences of steps):
 - `decoupled`: Decoupled DiLoCo, the same, with K = 1, the grace window, 4-bit replies, on the
   actor runtime (`hosts.train_on_testbed`): its syncer on a fifth host of its own.
 
-The lock-step rows run in one `distributed.launch` per speed over a `Testbed` of M hosts (real
-gloo collectives through the throttled links), every repeat of every method in turn. **Equal
-compute per step**, t = `step_time_s` seconds (an emulated chip slower than this machine's):
-`versus_runs.calibrate` measures the lock-step processes' natural compute per step on loopback,
-t₀ (M processes sharing the machine's cores), as the `links` job does (with gloo's fixed cost
-per ring hop, which the clock charges as the link's latency); every lock-step process then
-adds t − t₀ of sleep per step (`train`'s `pace_s`), and Decoupled DiLoCo's learners pad their
-steps to t (`Cluster.step_time_s`). Why not t = t₀: M learner processes, the syncer and Ray's
-own processes cannot keep t₀ on the cores that M lock-step processes fill (a quick run at
-t₀ left the actors' steps 1.7–1.9× slower than their clock, and their loss worse). Every
+The lock-step rows run in one `distributed.launch` over a `Testbed` of M hosts (real gloo
+collectives through the throttled links), every repeat of every method at every speed in turn.
+**Equal compute per step**, t = `step_time_s` seconds (an emulated chip slower than this
+machine's): `versus_runs.calibrate` measures the lock-step processes' compute per step on
+loopback, t₀ (M processes sharing the machine's cores, each already sleeping about t/2 a step:
+a process that sleeps computes more slowly than one that never does), as the `links` job does
+(with gloo's fixed cost per ring hop, which the clock charges as the link's latency); every
+lock-step process then adds t − t₀ of sleep per step (`train`'s `pace_s`), and Decoupled
+DiLoCo's learners pad their steps to t (`Cluster.step_time_s`). Why not t = t₀: M learner
+processes, the syncer and Ray's own processes cannot keep t₀ on the cores that M lock-step
+processes fill (a quick run at t₀ left the actors' steps 1.7–1.9× slower than their clock, and
+their loss worse). Every
 row's config carries that `Cluster` (t, the link's rate, the hop cost), so the simulated
 clock beside each cell is `train` of the very same config: the lock-step run's own `sim_time_s`
 (its numbers equal a one-process run's), Decoupled DiLoCo's `train(config)`.
@@ -99,9 +101,9 @@ def settings(quick: bool) -> dict:
                     speeds=(100 * MBIT, 10 * MBIT),
                     repeats=1, probe_steps=48, window=(2, 6), max_run_s=15.0,
                     scenarios=("killed",), call_bytes=False)
-    return dict(learners=4, steps=160, inner_steps=40, step_time_s=0.1,
+    return dict(learners=4, steps=128, inner_steps=32, step_time_s=0.1,
                 speeds=(1000 * MBIT, 100 * MBIT, 10 * MBIT, 1 * MBIT), repeats=3,
-                probe_steps=120, window=(4, 20), max_run_s=40.0, scenarios=("slow", "killed"),
+                probe_steps=120, window=(2, 20), max_run_s=40.0, scenarios=("slow", "killed"),
                 call_bytes=True)
 
 
@@ -170,7 +172,8 @@ def measure(learners: int, steps: int, inner_steps: int, step_time_s: float, spe
     say = lambda what: print(f"[versus] {time.perf_counter() - began:6.0f} s  {what}",  # noqa
                              flush=True)
     ddps = {n: c for n, c in methods(learners, steps, inner_steps).items() if "ddp" in n}
-    cal = vr.calibrate(learners, probe_steps, ddps)  # and DDP's loss curves, for its windows
+    # paced at half of t: close to the pace the table's runs get (t − t₀, t₀ ≈ 0.04–0.06 s)
+    cal = vr.calibrate(learners, probe_steps, ddps, pace_s=step_time_s / 2)  # + DDP's curves
     t = max(step_time_s, cal["t_step"])  # the equal compute per step (module docstring)
     pace = t - cal["t_step"]
     say(f"calibrated: t0 = {cal['t_step']:.4f} s a step (paced to t = {t:.4f} s), "

@@ -24,6 +24,7 @@ import pandas as pd
 from ..clock import Link, exchange_cost
 from ..config import DDP, DiLoCo, RunConfig
 
+TCP = "reno"  # the testbed's congestion control (`Testbed`'s `tcp`: BBR ran the links slower)
 START_IN_S = 0.5  # `train_actors`' default start_in_s: its clock starts that long after the meter
 
 
@@ -49,27 +50,34 @@ def window_rate(history: pd.DataFrame, column: str, first_step: int) -> float:
     return float((last[column] - first[column]) / (last.step - first.step))
 
 
-def calibrate(learners: int, probe_steps: int, full: dict[str, RunConfig]) -> dict:
-    """On loopback (M processes of one device): `t_step`, the compute seconds of a lock-step
-    step (a DiLoCo run with H = half its steps, measured from its first sync to its second, as
-    the `links` job does: every process enters that window together); `hop_s`, gloo's fixed
-    cost per ring hop (a DDP run's seconds per step over the same window, less `t_step`, over
-    its 2(M − 1) hops); `curves`: the history of each of `full`'s runs (the full loss curves
-    of the runs `lockstep_runs` windows)."""
+def calibrate(learners: int, probe_steps: int, full: dict[str, RunConfig],
+              pace_s: float = 0.0) -> dict:
+    """On loopback (M processes of one device), every process paced about as the table's will
+    be (`pace_s` of sleep a step, `train`'s): `t_step`, the compute seconds of a lock-step step
+    beside that sleep (a DiLoCo run with H = a quarter of its steps, its seconds per step from
+    its first sync to its last, less `pace_s`: every process enters that window together);
+    `hop_s`, gloo's fixed cost per ring hop (a DDP run's seconds per step over the same window,
+    less the DiLoCo run's, over its 2(M − 1) hops); `curves`: the history of each of `full`'s
+    runs (the full loss curves of the runs `lockstep_runs` windows). Paced, because a process
+    that sleeps between its blocks computes more slowly than one that never does (its caches
+    and XLA's threads go cold, the processes' compute lands on the cores unevenly): measured
+    unpaced over one sync's window, t₀ came out 0.041 s, and the runs paced with it took about
+    0.12 s a step against the 0.1 s intended."""
     from ..distributed.launch import launch
 
     def probe(algo):
         return RunConfig(algorithm=algo, workers=learners, steps=probe_steps,
                          eval_every=probe_steps // 4, eval_batches=1)
 
-    names = list(full)
+    names, H = list(full), probe_steps // 4
     diloco, ddp, *rest = launch(
-        [probe(DiLoCo(inner_steps=probe_steps // 2)), probe(DDP())] + list(full.values()),
-        processes=learners, devices_per_process=1, echo=False, timeout_s=1800)
-    t_step = window_rate(diloco.history, "train_time_s", probe_steps // 2)
+        [probe(DiLoCo(inner_steps=H)), probe(DDP())] + list(full.values()),
+        processes=learners, devices_per_process=1, echo=False, timeout_s=1800, pace_s=pace_s)
+    diloco_s = window_rate(diloco.history, "train_time_s", H)
     hops = exchange_cost(learners, gather=False)[1]
-    ddp_s = window_rate(ddp.history, "train_time_s", probe_steps // 2)
-    return {"t_step": t_step, "hop_s": max(0.0, ddp_s - t_step) / max(hops, 1),
+    ddp_s = window_rate(ddp.history, "train_time_s", H)
+    return {"t_step": max(0.0, diloco_s - pace_s),
+            "hop_s": max(0.0, ddp_s - diloco_s) / max(hops, 1),
             "curves": {n: r.history for n, r in zip(names, rest, strict=True)}}
 
 
@@ -122,7 +130,7 @@ def lockstep_runs(table: dict[float, dict[str, RunConfig]], repeats: int, curves
             for name, c in table[gbit].items():
                 jobs.append((r, gbit, name, window_config(c, *cut[name]) if name in cut else c))
     M = jobs[0][3].workers
-    with Testbed(M, Link(gbit_per_s=speeds[0]), quiet=True) as bed:
+    with Testbed(M, Link(gbit_per_s=speeds[0]), quiet=True, tcp=TCP) as bed:
         before = bed.counters()
         results = launch([c for *_, c in jobs], processes=M, devices_per_process=1,
                          testbed=bed, echo=False, timeout_s=4 * 3600, pace_s=pace_s,
@@ -194,7 +202,7 @@ def decoupled_runs(entries: list[dict], probe_after: int | None = None,
         at = e["config"].cluster.link.gbit_per_s
         jobs.insert(probe_after, dict(payload=_payload_size(e["sim"][1])))
     with Testbed(first.workers + 1, Link(gbit_per_s=first.cluster.link.gbit_per_s),
-                 quiet=True) as bed:
+                 quiet=True, tcp=TCP) as bed:
         got = trains_on_testbed(jobs, bed, progress=progress)
     calls = got.pop(probe_after) if probe_after is not None else None
     runs = []

@@ -14,8 +14,9 @@ scenario), a dict:
   method itself (not its synchronous limit on actors) on the simulated clock, a reference.
 
 `cells(runs)` gives one row per (speed, method): the target at that speed (the worst final
-held-out loss among every run there, every method and repeat: the loss they all reach; the
-simulated clock's target likewise among its runs), each method's seconds to it (median of the
+held-out loss among every run there, every method and repeat, measured or on the simulated
+clock: the loss every curve reaches; the clock's own target, for its speed-ups, likewise among
+its runs alone), each method's seconds to it (median of the
 repeats, with the min and max), the simulated seconds beside them, and the speed-up over DDP.
 `decomposition(table)` splits Decoupled DiLoCo's speed-up over DDP, at each speed, into the
 communication cut (Streaming DiLoCo's speed-up over DDP: the same H, fragments, τ and bits, in
@@ -44,12 +45,14 @@ def final_loss(history: pd.DataFrame) -> float:
 
 def targets(runs: list[dict], by: str = "gbit_per_s") -> dict:
     """{speed (or scenario): (target, simulated target)}: the worst final held-out loss among
-    the runs there, measured (every method, every repeat) and simulated."""
+    the runs there (every method, every repeat), measured or simulated (the loss that every
+    curve, on either clock, reaches: measured ÷ simulated then always compares the same loss),
+    and among the simulated runs alone (the clock's own world, for its speed-ups)."""
     out = {}
     for key in dict.fromkeys(r[by] for r in runs):
         here = [r for r in runs if r[by] == key]
-        out[key] = (max(final_loss(r["measured"]) for r in here),
-                    max(final_loss(r["simulated"]) for r in here))
+        sim = max(final_loss(r["simulated"]) for r in here)
+        out[key] = (max(sim, *(final_loss(r["measured"]) for r in here)), sim)
     return out
 
 
@@ -57,7 +60,7 @@ def cells(runs: list[dict], by: str = "gbit_per_s") -> pd.DataFrame:
     """One row per (`by`, method), in the order the runs came: the target, the measured seconds
     to it over the repeats (`s`: the median; `s_min`, `s_max`), the simulated clock's seconds to
     the same loss (`sim_s`, the median of the simulated runs, which equal each other for the
-    lock-step methods; NaN where the clock's run never gets there) and measured ÷ simulated;
+    lock-step methods) and measured ÷ simulated;
     `sim_own_s`, the clock's seconds to its own target (the worst of its own final losses: its
     speed-ups are its own world's); and each extra scalar's mean over the repeats."""
     goal = targets(runs, by)
