@@ -253,7 +253,7 @@ display(R[R.experiment.isin(["links", "actors"])][["experiment", "method", "metr
 # **Against DDP over slow links: where the speed-up comes from.** The seeds' headline is that
 # Decoupled DiLoCo trains "more than 20× faster than data-parallel" across slow links. Two
 # things change at once between DDP and Decoupled DiLoCo: *the communication cut* (exchange
-# every H = 40 steps instead of every step, in 4-bit fragments, overlapped with compute) and
+# every H = 32 steps instead of every step, in 4-bit fragments, overlapped with compute) and
 # *the decoupling* (no learner waits for another: a syncer merges whatever has arrived).
 # `make reproduce`'s `versus` job (`diloco_lite.actors.versus`; root, iproute2 and Ray)
 # measures them apart, at classroom scale:
@@ -262,13 +262,14 @@ display(R[R.experiment.isin(["links", "actors"])][["experiment", "method", "metr
 #   behind a `tc` rate limit, so every byte between hosts crosses a real throttled link, at
 #   1000, 100, 10 and 1 Mbit/s. Decoupled DiLoCo's syncer has a fifth host of its own.
 # - **Six methods, the same tokens**: DDP with fp32 gradients and with bf16 gradients; DiLoCo
-#   at H = 40, fp32 and 4-bit; lock-step Streaming DiLoCo with Decoupled DiLoCo's fragments
+#   at H = 32, fp32 and 4-bit; lock-step Streaming DiLoCo with Decoupled DiLoCo's fragments
 #   (P = 4), overlap (τ = 2) and bits (4); and Decoupled DiLoCo itself. Every step costs the
 #   same compute, 0.1 s (the lock-step processes sleep the difference; the actors pad).
-# - **One target per speed**: the worst final held-out loss of every run there. Each cell is
-#   the time to reach it, median of three repeats (min–max), compilation and evaluations left
-#   out, the last sync or flush inside; the simulated clock's time to the same loss beside it.
-#   Where a DDP run would last over a minute, a 20-step window is timed instead (column "how").
+# - **One target per speed**: the worst final held-out loss of every run there, measured or
+#   simulated (a loss every curve reaches). Each cell is the time to reach it, median of three
+#   repeats (min–max), compilation and evaluations left out, the last sync or flush inside;
+#   the simulated clock's time to the same loss beside it. Where a DDP run would last over
+#   40 s, a 20-step window is timed instead (column "how").
 #
 # The tables are the ones the job wrote (`figures/versus.md`, from `figures/versus.csv` and
 # `figures/versus_decoupling.csv`):
@@ -291,11 +292,11 @@ say(f"At {slow * 1e3:g} Mbit/s Decoupled DiLoCo reaches the target "
 # as long. As the link slows, each DDP step waits for its gradient to cross the link; bf16
 # gradients halve that wait, DiLoCo's exchange every 40 steps cuts it further, and 4-bit
 # fragments overlapped with compute cut most of the rest. **With equal, reliable learners the
-# whole speed-up is the communication cut**: lock-step Streaming DiLoCo gets it too, and on the
-# slowest link the decoupling costs a little (its factor is below 1×: the syncer's one link
-# carries every reply to the four learners in turn). On fast links the measured decoupling
-# factor is a little above 1×, but the clock's is 1×: there the lock-step processes ran about
-# 1.2× their clock (see the last table), the actors about 1.03×.
+# whole speed-up is the communication cut**: lock-step Streaming DiLoCo gets it too. On the
+# slowest link the clock says the decoupling costs a little (its factor is below 1×: the
+# syncer's one link carries every reply to the four learners in turn); measured, it is about
+# 1×, because there the lock-step exchanges ran about 1.25× slower than the clock's rate while
+# the actors kept to theirs (see the last table).
 #
 # **Where the decoupling earns its keep.** The second part of the job runs, at 10 Mbit/s, one
 # learner twice as slow, and one learner killed for the middle third of the run (a warm spare

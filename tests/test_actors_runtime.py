@@ -184,3 +184,65 @@ def test_the_clock_offsets_warn_only_beyond_half_of_hold_s_and_its_error_bound()
         pool_with([(0.006, 0.004)]).clock_offsets(0.01)
     with pytest.warns(UserWarning, match="learner 1's clock is -8.0 ms"):
         pool_with([(0.001, 0.001), (-0.008, 0.004)]).clock_offsets(0.01)
+
+
+# ---- the warm spares (no Ray) ------------------------------------------------------------------
+
+def test_a_killed_slot_gets_its_oldest_spare_and_the_pool_refills_behind_it(monkeypatch):
+    """Fake actor classes and a fake Ray record what the pool builds. Where the run has failures,
+    each slot has two spares built (and made ready) before the clock; promoting slot 1 gives it
+    its first spare, the syncer is told, and a new spare is built behind the second; promoting
+    slot 1 again gives it the second (built before the clock), not the refill. Without
+    failures: no spare, and a dead learner's slot gets a new (cold) process. `close` kills every
+    process once."""
+    import types
+
+    from diloco_lite.actors import pool as pool_module
+
+    built, told, killed = [], [], []
+
+    class Actor:
+        def __init__(self, kind, args):
+            self.kind, self.args, self.n = kind, args, len(built)
+            built.append(self)
+            self.ready = types.SimpleNamespace(remote=lambda syncer: ("ready", self.n))
+            self.status = types.SimpleNamespace(remote=lambda: "status")
+            self.replace = types.SimpleNamespace(
+                remote=lambda m, new: told.append((m, new.n)))
+
+    def actor_class(kind):
+        return types.SimpleNamespace(options=lambda **kw: types.SimpleNamespace(
+            remote=lambda *args: Actor(kind, args)))
+
+    monkeypatch.setattr(pool_module, "actor_classes",
+                        lambda: (actor_class("learner"), actor_class("syncer")))
+    fake_ray = types.SimpleNamespace(get=lambda refs: refs,
+                                     kill=lambda a, no_restart: killed.append(a.n))
+    M = 3  # a config: what the pool reads of one
+
+    def config(failures):
+        return types.SimpleNamespace(workers=M, cluster=types.SimpleNamespace(failures=failures))
+
+    pool = pool_module.Pool(fake_ray, config(((1, 1.0, 2.0),)), placement=False, spares=None)
+    pool.build("params", 0.01, "cache")
+    # the syncer (0), the learners (1..M), then two spares a slot, slot by slot
+    assert [a.kind for a in built] == ["syncer"] + ["learner"] * 3 * M
+    slot = {a.n: a.args[1] for a in built[1:]}  # (config, m, params, cache, resend)
+    assert [slot[a.n] for a in pool.learners] == list(range(M))
+    first, second = (a.n for a in pool.spares[1])
+    assert slot[first] == slot[second] == 1
+    new = pool.promote(1)
+    assert new.n == first and pool.learners[1].n == first and told == [(1, first)]
+    refill = built[-1]
+    assert refill.args[1] == 1 and [a.n for a in pool.spares[1]] == [second, refill.n]
+    assert pool.promote(1).n == second and told[-1] == (1, second)
+    assert len(pool.spares[1]) == 2 and all(len(pool.spares[m]) == 2 for m in range(M))
+    pool.close()
+    assert sorted(killed) == sorted({a.n for a in built})  # every process, once
+
+    built.clear()
+    calm = pool_module.Pool(fake_ray, config(()), placement=False, spares=None)
+    calm.build("params", 0.01, "cache")
+    assert len(built) == 1 + M and calm.spares == [[] for _ in range(M)]
+    cold = calm.promote(0)
+    assert cold.n == len(built) - 1 and calm.spares[0] == []  # built on demand, no refill

@@ -1,13 +1,17 @@
-"""The actor runtime's processes: the syncer, one learner per slot, and a warm spare per slot.
+"""The actor runtime's processes: the syncer, one learner per slot, and warm spares per slot.
 
 A learner's process that dies is not restarted: a new one would import JAX, build the model
 and compile (tens of seconds on a busy machine), while the run goes on without it. Each slot
-m instead has a spare: a process built for learner m (its data shard is m's: `LearnerProgram`
-reads rows [m]) and warmed up (compiled) before the clock starts, on the same host as the
-learner it backs. When learner m's process dies (killed by the driver at a failure window, or
-anything else), `promote(m)` makes the spare slot m's process (the syncer is told its handle:
-`Syncer.replace`), and a new spare is built behind it, in the background. The promoted spare
-waits out the window and rejoins as any returning learner (Θ and a peer's inner state).
+m instead has `DEPTH` spares: processes built for learner m (its data shard is m's:
+`LearnerProgram` reads rows [m]) and warmed up (compiled) before the clock starts, on the same
+host as the learner it backs. When learner m's process dies (killed by the driver at a failure
+window, or anything else), `promote(m)` makes the oldest of its spares slot m's process (the
+syncer is told its handle: `Syncer.replace`), and a new spare is built behind them, in the
+background. The promoted spare waits out the window and rejoins as any returning learner (Θ
+and a peer's inner state). Two a slot, not one: a refill takes 20–30 s on two cores busy with
+the learners' steps, and a slot killed again within that time found its one spare still
+being built (the `actors` job's failures scenario: up to 30 s from a kill to a running
+process, against at most 6 s with a spare ready).
 
 Without spares (`spares=False`, the default where the `Cluster` has no failures) a process is
 built on demand, cold. `clock_offsets` measures each learner's clock against the syncer's.
@@ -19,6 +23,8 @@ from __future__ import annotations
 import warnings
 
 from .ray_actors import actor_classes
+
+DEPTH = 2  # warm spares per slot (module docstring)
 
 
 class Pool:
@@ -32,20 +38,21 @@ class Pool:
         # and its spare (and the spares built later) fit on the same host
         self.where = (lambda k: dict(resources={f"host{k}": 0.01})) if placement else (  # noqa: E731
             lambda k: {})
-        self.syncer, self.learners, self.spares = None, [], [None] * self.M
+        self.depth = DEPTH if self.warm else 0
+        self.syncer, self.learners = None, []
+        self.spares: list[list] = [[] for _ in range(self.M)]  # slot m's, the oldest first
         self.gone: list = []  # processes killed or dead (killed again at the end, to be sure)
 
     def build(self, params, hold_s: float, cache_dir: str, drop=None, resend_s=None) -> None:
-        """The syncer, the learners and their spares, built and ready (compiled), each learner
-        holding the syncer's class (`Learner.ready`)."""
+        """The syncer, the learners and their spares (`depth` a slot), built and ready
+        (compiled), each learner holding the syncer's class (`Learner.ready`)."""
         _, Syncer = actor_classes()
         self.args = (params, cache_dir, resend_s)
         self.syncer = Syncer.options(num_cpus=0, max_restarts=0, **self.where(0)).remote(
             self.config, params, hold_s, cache_dir, drop)
         self.learners = [self._new(m) for m in range(self.M)]
-        if self.warm:
-            self.spares = [self._new(m) for m in range(self.M)]
-        every = self.learners + [s for s in self.spares if s is not None]
+        self.spares = [[self._new(m) for _ in range(self.depth)] for m in range(self.M)]
+        every = self.learners + [s for queue in self.spares for s in queue]
         self.ray.get([a.ready.remote(self.syncer) for a in every] + [self.syncer.status.remote()])
 
     def kill(self, m: int) -> None:
@@ -54,15 +61,16 @@ class Pool:
         self.gone.append(self.learners[m])
 
     def promote(self, m: int):
-        """Slot m's process is gone: its spare serves slot m (without one: a new process,
-        cold), and a new spare is built behind it. Returns slot m's new process."""
-        new = self.spares[m] if self.spares[m] is not None else self._new(m)
+        """Slot m's process is gone: its oldest spare serves slot m (without one: a new
+        process, cold), and a new spare is built behind the others. Returns slot m's new
+        process."""
+        queue = self.spares[m]
+        new = queue.pop(0) if queue else self._new(m)
         self.gone.append(self.learners[m])  # (killed, or dead: killed again at the end)
         self.learners[m] = new
-        self.spares[m] = None
-        if self.warm:  # in the background; `ready` loads the syncer's class now, not at its turn
-            self.spares[m] = self._new(m)
-            self.spares[m].ready.remote(self.syncer)
+        while len(queue) < self.depth:  # in the background; `ready` loads the syncer's class
+            queue.append(self._new(m))  # now, not at its turn
+            queue[-1].ready.remote(self.syncer)
         self.ray.get(self.syncer.replace.remote(m, new))
         return new
 
@@ -85,7 +93,7 @@ class Pool:
 
     def close(self) -> None:
         """Every process of the run, killed (on every way out)."""
-        every = self.learners + self.gone + [s for s in self.spares if s is not None]
+        every = self.learners + self.gone + [s for queue in self.spares for s in queue]
         for a in every + ([self.syncer] if self.syncer is not None else []):
             self.ray.kill(a, no_restart=True)
 

@@ -1,7 +1,7 @@
 """Where the speed-up over slow links comes from, measured: every method on the testbed at four
 link speeds, end to end, with repeats; then where the decoupling earns its keep (issue 37).
 
-    python -m diloco_lite.actors.versus            # 4 learner hosts (+ the syncer's), ~70 min
+    python -m diloco_lite.actors.versus            # 4 learner hosts (+ the syncer's), ~62 min
     python -m diloco_lite.actors.versus --quick    # 2 learner hosts, 60 steps, 2 speeds
 
 **The table** (`measure` → `versus_table.cells`): rows = methods, at 1000, 100, 10 and 1 Mbit/s
@@ -26,10 +26,10 @@ lock-step process then adds t − t₀ of sleep per step (`train`'s `pace_s`), a
 DiLoCo's learners pad their steps to t (`Cluster.step_time_s`). Why not t = t₀: M learner
 processes, the syncer and Ray's own processes cannot keep t₀ on the cores that M lock-step
 processes fill (a quick run at t₀ left the actors' steps 1.7–1.9× slower than their clock, and
-their loss worse). Every
-row's config carries that `Cluster` (t, the link's rate, the hop cost), so the simulated
-clock beside each cell is `train` of the very same config: the lock-step run's own `sim_time_s`
-(its numbers equal a one-process run's), Decoupled DiLoCo's `train(config)`.
+their loss worse). The hosts run TCP Reno (`versus_runs.TCP`). Every row's config carries that
+`Cluster` (t, the link's rate, the hop cost), so the simulated clock beside each cell is
+`train` of the very same config: the lock-step run's own `sim_time_s` (its numbers equal a
+one-process run's), Decoupled DiLoCo's `train(config)`.
 
 **Each cell** is the time to the target loss, from the run's clock start to the interpolated
 crossing of the target (`measure.time_to`), compilation and evaluations left out: the one launch
@@ -41,7 +41,8 @@ ahead by at most that long: `eval_s`); the actors' clock starts when every learn
 the end-of-run flush is inside (`versus_runs.flush_end_s`). Decoupled DiLoCo's runs (the
 table's, then Ray's bytes per call at the slowest link, then the decoupling rows) run in turn on
 one Ray cluster over the testbed (`hosts.trains_on_testbed`, the rate set before each run). The
-target at each speed is the worst final held-out loss among every run there (`target_loss`); the
+target at each speed is the worst final held-out loss among every run there, measured or
+simulated (`target_loss`); the
 simulated clock's seconds beside a cell are to that same loss (`sim_s`: measured ÷ simulated
 compares like with like), its speed-ups to its own target, the worst of its own runs' final
 losses (`sim_own_s`). A DDP run whose clock says it would last longer than `max_run_s` (10 and 1
@@ -63,7 +64,7 @@ holds every open sync (K = M) until it is back, while the others step on. Beside
 simulated clock's run of the very same config, and the lock-step method itself on the clock
 (`lockstep_sim_s`; `elastic=True` where a learner is killed: it goes on without it).
 
-Not in `make test` (root, iproute2, Ray; 70 minutes on 2 cores, measured); `make reproduce`'s
+Not in `make test` (root, iproute2, Ray; 62 minutes on 2 cores, measured); `make reproduce`'s
 `versus` job runs it.
 """
 
