@@ -357,6 +357,6 @@ display(versus.pivot(index="method", columns="gbit_per_s", values="measured_over
 # 3. Predict from section 6's table: at 0.5 Mbit/s, would the speed-up over DDP double?
 #    <details><summary>Answer</summary>DDP's steps would take about twice as long, so its time
 #    to the target doubles. Decoupled DiLoCo's would not change as long as its links keep up,
-#    but at 0.5 Mbit/s the syncer's link would carry the M copies of a round in about all of H
-#    steps: the learners would fall behind the syncer's clock and be asked more often, which
+#    but at 0.5 Mbit/s the syncer's link would need more than H steps to carry the M copies of
+#    a round: the learners would fall behind the syncer's clock and be asked more often, which
 #    costs more bytes still. A larger H (or fewer down-link bits) restores the slack.</details>

@@ -10,8 +10,8 @@ syncer is told its handle: `Syncer.replace`), and a new spare is built behind th
 background. The promoted spare waits out the window and rejoins as any returning learner (Θ
 and a peer's inner state). Two a slot, not one: a refill takes 20–30 s on two cores busy with
 the learners' steps, and a slot killed again within that time found its one spare still
-being built (the `actors` job's failures scenario: up to 30 s from a kill to a running
-process, against at most 6 s with a spare ready).
+being built (the `actors` job's failures scenario, from a kill to a running process: 7.3 s on
+average and up to 30 s with one spare a slot; 2.5 s and up to 10.5 s with two).
 
 Without spares (`spares=False`, the default where the `Cluster` has no failures) a process is
 built on demand, cold. `clock_offsets` measures each learner's clock against the syncer's.
