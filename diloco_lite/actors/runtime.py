@@ -17,12 +17,12 @@
 - Failures are real: at the start of each of the `Cluster`'s failure windows, the driver
   kills the learner's process through Ray (`ray.kill`, for good: on whichever node it runs,
   also a spare still starting after an earlier kill), logs the kill and tells the syncer of
-  the failure at once (it need not wait for Ray to notice). A warm spare, built for that slot
-  and compiled before the clock started (`actors.pool`), takes its place and waits out the
-  window, then reloads Θ and a healthy peer's inner optimizer state at that peer's next step
-  boundary (none up: a fresh one); a new spare is built behind it. A learner that dies of
-  anything else is replaced the same way once Ray reports its death. If the syncer dies, the
-  run stops with a message: Θ lived there (no checkpoint).
+  the failure at once (it need not wait for Ray to notice). A warm spare (two a slot), built
+  for that slot and compiled before the clock started (`actors.pool`), takes its place and
+  waits out the window, then reloads Θ and a healthy peer's inner optimizer state at that
+  peer's next step boundary (none up: a fresh one); a new spare is built behind them. A
+  learner that dies of anything else is replaced the same way once Ray reports its death. If
+  the syncer dies, the run stops with a message: Θ lived there (no checkpoint).
 - Each learner stops at its share of the budget (`actors.budget`); once every learner up has
   stopped (each after the syncer has every answer it sent), the syncer books the run
   (`actors.booking`) and plans the flush.
@@ -76,11 +76,12 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
     cluster), and stops what it started. `placement`: the syncer on the node with resource
     `host0`, learner m (and its spare) on `host<m+1>` (`actors.hosts`: one node per testbed
     host). `meter()`: per-host interface counters, read at the start of the clock and after the
-    flush; their growth goes to `RunResult.wire`. `spares`: a warm spare process per learner
-    (None: where the `Cluster` has failures). `idle_s`: after the run, the syncer's CPU over
-    that many idle seconds is measured. `drop` (tests only): (m, k) loses the k-th numbered
-    message to learner m on the way (a resend recovers it); `resend_s`: how long a learner
-    waits for a message it knows is due before it asks again (None: `inbox.RESEND_S`).
+    flush; their growth goes to `RunResult.wire`. `spares`: warm spare processes per learner
+    (`pool.DEPTH`; None: where the `Cluster` has failures). `idle_s`: after the run, the
+    syncer's CPU over that many idle seconds is measured. `drop` (tests only): (m, k) loses
+    the k-th numbered message to learner m on the way (a resend recovers it); `resend_s`: how
+    long a learner waits for a message it knows is due before it asks again (None:
+    `inbox.RESEND_S`).
 
     `RunResult.runtime` (an attribute beside the fields) holds what the runtime itself
     measured: the syncer's CPU (`cpu`: seconds of its process over the run and idle), the
