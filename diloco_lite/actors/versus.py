@@ -42,14 +42,14 @@ the end-of-run flush is inside (`versus_runs.flush_end_s`). Decoupled DiLoCo's r
 table's, then Ray's bytes per call at the slowest link, then the decoupling rows) run in turn on
 one Ray cluster over the testbed (`hosts.trains_on_testbed`, the rate set before each run). The
 target at each speed is the worst final held-out loss among every run there, measured or
-simulated (`target_loss`); the
-simulated clock's seconds beside a cell are to that same loss (`sim_s`: measured ÷ simulated
-compares like with like), its speed-ups to its own target, the worst of its own runs' final
-losses (`sim_own_s`). A DDP run whose clock says it would last longer than `max_run_s` (10 and 1
-Mbit/s) is measured over a window of `window[1]` steps after `window[0]` that compile and
-evaluate, all processes entering it together, and timed as its seconds per step times its full
-loss curve (the column `how` says which). `repeats` runs per cell (median, min and max); the
-speed-ups over DDP are of the medians, their ranges DDP's extremes over the row's.
+simulated (`target_loss`); the simulated clock's seconds beside a cell are to that same loss
+(`sim_s`: measured ÷ simulated compares like with like), its speed-ups to its own target, the
+worst of its own runs' final losses (`sim_own_s`). A DDP run whose clock says it would last
+longer than `max_run_s` (10 and 1 Mbit/s) is measured over a window of `window[1]` steps after
+`window[0]` that compile and evaluate, all processes entering it together, and timed as its
+seconds per step times its full loss curve (the column `how` says which). `repeats` runs per
+cell (median, min and max); the speed-ups over DDP are of the medians, their ranges DDP's
+extremes over the row's.
 `decomposition`: the cut (DDP ÷ Streaming) times the decoupling (Streaming ÷ Decoupled) =
 Decoupled's speed-up.
 

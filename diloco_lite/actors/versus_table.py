@@ -16,8 +16,8 @@ scenario), a dict:
 `cells(runs)` gives one row per (speed, method): the target at that speed (the worst final
 held-out loss among every run there, every method and repeat, measured or on the simulated
 clock: the loss every curve reaches; the clock's own target, for its speed-ups, likewise among
-its runs alone), each method's seconds to it (median of the
-repeats, with the min and max), the simulated seconds beside them, and the speed-up over DDP.
+its runs alone), each method's seconds to it (median of the repeats, with the min and max),
+the simulated seconds beside them, and the speed-up over DDP.
 `decomposition(table)` splits Decoupled DiLoCo's speed-up over DDP, at each speed, into the
 communication cut (Streaming DiLoCo's speed-up over DDP: the same H, fragments, τ and bits, in
 lock-step) and the decoupling (Streaming's seconds over Decoupled's): their product.

@@ -74,9 +74,9 @@ class Testbed:
     """`hosts` network namespaces on one bridge, each behind `link` (a `clock.Link`; None: no
     throttle). A context manager; see the module docstring. `tcp`: the hosts' TCP congestion
     control (`net.ipv4.tcp_congestion_control` in each host's namespace: "reno" or "bbr"; None:
-    the kernel's default). Through a token bucket at 1 Mbit/s, a ring's six short flows a step
-    ran closer to the link's rate with Reno than with this machine's default, BBR (DDP's steps
-    1.04× (fp32) and 1.22× (bf16) the clock's, against 1.19× and 1.31×: `actors.versus`)."""
+    the kernel's default). Through a token bucket at 1 Mbit/s, fp32 DDP's ring ran closer to
+    the link's rate with Reno than with this machine's default, BBR (`actors.versus`' full
+    runs: its windows 1.04× the clock's with Reno, 1.18× with BBR; docs/systems.md)."""
 
     def __init__(self, hosts: int, link=None, *, quiet: bool = False, tcp: str | None = None):
         from ..config import check, check_int
