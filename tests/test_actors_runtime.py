@@ -188,13 +188,15 @@ def test_the_clock_offsets_warn_only_beyond_half_of_hold_s_and_its_error_bound()
 
 # ---- the warm spares (no Ray) ------------------------------------------------------------------
 
-def test_a_killed_slot_gets_its_oldest_spare_and_the_pool_refills_behind_it(monkeypatch):
-    """Fake actor classes and a fake Ray record what the pool builds. Where the run has failures,
-    each slot has two spares built (and made ready) before the clock; promoting slot 1 gives it
-    its first spare, the syncer is told, and a new spare is built behind the second; promoting
-    slot 1 again gives it the second (built before the clock), not the refill. Without
-    failures: no spare, and a dead learner's slot gets a new (cold) process. `close` kills every
-    process once."""
+def test_a_killed_slot_gets_the_oldest_spare_and_the_pool_refills_one_at_a_time(monkeypatch):
+    """Fake actor classes and a fake Ray record what the pool builds. Where the run has failures
+    and one machine, the spares are one queue of two a learner, built (and made ready) before
+    the clock; promoting slot 1 gives it the oldest, the syncer is told, and one spare is being
+    built; promoting slot 1 again and slot 2 gives them the next two (built before the clock),
+    and no second build begins until the first is done (`built`); then the next owed one
+    begins. On the testbed (placement) each host keeps its own two, built for its slot on its
+    host. Without failures: no spare, and a dead learner's slot gets a new (cold) process.
+    `close` kills every process once, the one being built too."""
     import types
 
     from diloco_lite.actors import pool as pool_module
@@ -202,8 +204,8 @@ def test_a_killed_slot_gets_its_oldest_spare_and_the_pool_refills_behind_it(monk
     built, told, killed = [], [], []
 
     class Actor:
-        def __init__(self, kind, args):
-            self.kind, self.args, self.n = kind, args, len(built)
+        def __init__(self, kind, args, where):
+            self.kind, self.args, self.where, self.n = kind, args, where, len(built)
             built.append(self)
             self.ready = types.SimpleNamespace(remote=lambda syncer: ("ready", self.n))
             self.status = types.SimpleNamespace(remote=lambda: "status")
@@ -212,7 +214,7 @@ def test_a_killed_slot_gets_its_oldest_spare_and_the_pool_refills_behind_it(monk
 
     def actor_class(kind):
         return types.SimpleNamespace(options=lambda **kw: types.SimpleNamespace(
-            remote=lambda *args: Actor(kind, args)))
+            remote=lambda *args: Actor(kind, args, kw.get("resources"))))
 
     monkeypatch.setattr(pool_module, "actor_classes",
                         lambda: (actor_class("learner"), actor_class("syncer")))
@@ -225,24 +227,42 @@ def test_a_killed_slot_gets_its_oldest_spare_and_the_pool_refills_behind_it(monk
 
     pool = pool_module.Pool(fake_ray, config(((1, 1.0, 2.0),)), placement=False, spares=None)
     pool.build("params", 0.01, "cache")
-    # the syncer (0), the learners (1..M), then two spares a slot, slot by slot
+    # the syncer (0), the learners (1..M), then the shared queue: two spares a learner
     assert [a.kind for a in built] == ["syncer"] + ["learner"] * 3 * M
     slot = {a.n: a.args[1] for a in built[1:]}  # (config, m, params, cache, resend)
     assert [slot[a.n] for a in pool.learners] == list(range(M))
-    first, second = (a.n for a in pool.spares[1])
-    assert slot[first] == slot[second] == 1
-    new = pool.promote(1)
-    assert new.n == first and pool.learners[1].n == first and told == [(1, first)]
+    queue = [a.n for a in pool.spares[0]]
+    assert list(pool.spares) == [0] and queue == list(range(1 + M, 1 + 3 * M))
+    assert pool.pending() == []
+    assert pool.promote(1).n == queue[0] and pool.learners[1].n == queue[0]
+    assert told == [(1, queue[0])]
     refill = built[-1]
-    assert refill.args[1] == 1 and [a.n for a in pool.spares[1]] == [second, refill.n]
-    assert pool.promote(1).n == second and told[-1] == (1, second)
-    assert len(pool.spares[1]) == 2 and all(len(pool.spares[m]) == 2 for m in range(M))
+    assert refill.n == 1 + 3 * M and pool.pending() == [("ready", refill.n)]
+    assert pool.promote(1).n == queue[1] and pool.promote(2).n == queue[2]
+    assert told[1:] == [(1, queue[1]), (2, queue[2])]
+    assert len(built) == 2 + 3 * M  # one build at a time: two more owed
+    pool.built(("ready", refill.n))
+    assert [a.n for a in pool.spares[0]] == queue[3:] + [refill.n]
+    assert len(built) == 3 + 3 * M and pool.pending() == [("ready", built[-1].n)]
     pool.close()
     assert sorted(killed) == sorted({a.n for a in built})  # every process, once
+
+    built.clear(), killed.clear()
+    bed = pool_module.Pool(fake_ray, config(((1, 1.0, 2.0),)), placement=True, spares=None)
+    bed.build("params", 0.01, "cache")
+    assert sorted(bed.spares) == [1, 2, 3]
+    for m in range(M):  # its host's two, built for slot m on its host
+        assert [(a.args[1], a.where) for a in bed.spares[m + 1]] == [
+            (m, {f"host{m + 1}": 0.01})] * 2
+    mine = [a.n for a in bed.spares[3]]
+    assert bed.promote(2).n == mine[0] and built[-1].args[1] == 2
+    assert built[-1].where == {"host3": 0.01}
+    bed.close()
+    assert sorted(killed) == sorted({a.n for a in built})
 
     built.clear()
     calm = pool_module.Pool(fake_ray, config(()), placement=False, spares=None)
     calm.build("params", 0.01, "cache")
-    assert len(built) == 1 + M and calm.spares == [[] for _ in range(M)]
+    assert len(built) == 1 + M and calm.spares == {0: []}
     cold = calm.promote(0)
-    assert cold.n == len(built) - 1 and calm.spares[0] == []  # built on demand, no refill
+    assert cold.n == len(built) - 1 and calm.spares == {0: []} and calm.pending() == []

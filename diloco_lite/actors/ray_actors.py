@@ -11,8 +11,8 @@
   bytes, taken when its rules say (waiting for them only if the merge is late); an "upload"
   asks for its inner optimizer state at its next step boundary (for a returning peer). At its
   stop position it waits until the syncer has every answer it sent, reports, and waits for a
-  new stop (a learner went down) or the end. A new process after a kill waits out the
-  window, then rejoins (`Syncer.rejoin`).
+  new stop (a learner went down) or the end. A new process after a kill (a spare: it takes
+  the slot's number, `slot`) waits out the window, then rejoins (`Syncer.rejoin`).
   Its messages come numbered, taken in order (`actors.inbox`); one it waits for that does
   not come is asked for again (`Syncer.resend`), and a bounded wait ends in `MessageLost`.
 - `Syncer`: `actors.syncer_actor.SyncerActor` (`SyncerRuntime` under a lock, waiting on a
@@ -84,8 +84,11 @@ def actor_classes():
             "upload")."""
             self.mail.put(message, reply, life, number)
 
-        def run(self, syncer, t0, messages=None, back_at=None):
+        def run(self, syncer, t0, messages=None, back_at=None, slot=None):
             from .agent import LearnerAgent
+
+            if slot is not None:  # a spare, built for another slot of its host, serves `slot`
+                self.m = self.program.m = self.mail.m = slot
 
             prog, m, P, tau = self.program, self.m, self.schedule.fragments, \
                 self.schedule.overlap

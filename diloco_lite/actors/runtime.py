@@ -17,10 +17,11 @@
 - Failures are real: at the start of each of the `Cluster`'s failure windows, the driver
   kills the learner's process through Ray (`ray.kill`, for good: on whichever node it runs,
   also a spare still starting after an earlier kill), logs the kill and tells the syncer of
-  the failure at once (it need not wait for Ray to notice). A warm spare (two a slot), built
-  for that slot and compiled before the clock started (`actors.pool`), takes its place and
+  the failure at once (it need not wait for Ray to notice). A warm spare of its host (two a
+  learner), built and compiled before the clock started (`actors.pool`), takes its slot and
   waits out the window, then reloads Θ and a healthy peer's inner optimizer state at that
-  peer's next step boundary (none up: a fresh one); a new spare is built behind them. A
+  peer's next step boundary (none up: a fresh one); the pool builds a new spare behind
+  them, one at a time. A
   learner that dies of anything else is replaced the same way once Ray reports its death. If
   the syncer dies, the run stops with a message: Θ lived there (no checkpoint).
 - Each learner stops at its share of the budget (`actors.budget`); once every learner up has
@@ -201,8 +202,8 @@ def _drive(ray, config, pool, t0, first, progress, stall_s) -> dict:
     poll, st = syncer.changed.remote(-1, 0.0), dict(ending=None)
     last, seen = time.time(), -1
 
-    def replace(m, back):  # slot m's process died: its spare waits out `back`, then rejoins
-        running[pool.promote(m).run.remote(syncer, t0, None, back)] = m
+    def replace(m, back):  # slot m's process died: a spare takes slot m, waits out `back`,
+        running[pool.promote(m).run.remote(syncer, t0, None, back, slot=m)] = m  # rejoins
 
     with _progress(config, progress) as bar:
         while True:
@@ -210,7 +211,10 @@ def _drive(ray, config, pool, t0, first, progress, stall_s) -> dict:
                      if w is not None]
             timeout = max(0.0, min(ahead) - (time.time() - t0)) if ahead and \
                 st["ending"] is None else None
-            done, _ = ray.wait([poll, *running], num_returns=1, timeout=timeout)
+            done, _ = ray.wait([poll, *running, *pool.pending()], num_returns=1,
+                               timeout=timeout)
+            for ref in [r for r in done if r in pool.pending()]:
+                pool.built(ref)  # a spare is ready: the next owed one is begun
             if poll in done:
                 version, st = _checked(ray, poll)
                 poll = syncer.changed.remote(version, min(stall_s, LONG_POLL_S))
