@@ -165,9 +165,10 @@ display(pd.DataFrame({"on actors": real.final[columns], "simulated clock": sim.f
 # - On the **simulated clock** learner 1 stops at 1.1 s, the syncer knows at once, and the
 #   learner is back at 4.05 s with Θ and a healthy peer's inner optimizer state.
 # - On **actors** the driver kills learner 1's process (`ray.kill`) and tells the syncer at
-#   once, which leaves learner 1 out of every quorum from then on. A *warm spare* (a process
-#   built and compiled for learner 1's slot before the clock started) takes its place, waits
-#   out the window and rejoins at 4.05 s, once a healthy peer has sent its optimizer state.
+#   once, which leaves learner 1 out of every quorum from then on. A *warm spare* (a learner
+#   process built and compiled before the clock started, waiting in a queue) takes learner 1's
+#   slot, waits out the window and rejoins at 4.05 s, once a healthy peer has sent its
+#   optimizer state.
 #
 # The other learners never stop.
 
@@ -298,8 +299,9 @@ print(f"the latest healthy learner's last step ended {late:.2f} s behind its {ST
 #   answer that cannot come (the simulated syncer always knows at once).
 # - **The restart.** The spare was built before the clock, so it only waits out the window and
 #   a healthy peer's next step boundary (its optimizer state). A new spare is built behind it,
-#   cold (Python, JAX, the model, the programs: tens of seconds on two shared cores); a slot
-#   killed again before then waits for it. A real cluster pays the same, bigger (a new
+#   cold (Python, JAX, the model, the programs: tens of seconds on two shared cores), one at a
+#   time so that the builds do not slow the learners' steps; kills that come faster than the
+#   pool refills find the queue empty and wait. A real cluster pays the same, bigger (a new
 #   machine, billions of parameters to load).
 # - **Merges take real time**: decoding M answers, the RDA merge and the outer step run on the
 #   syncer's CPU while the learners go on (on the simulated clock, in no time), so an
@@ -356,8 +358,7 @@ print(f"the latest healthy learner's last step ended {late:.2f} s behind its {ST
 #    clock, and which run has the higher goodput?
 #    <details><summary>Answer</summary>On the simulated clock it is back exactly at the end of
 #    its window; on actors at the later of that and the moment its spare has rejoined (a peer's
-#    state comes at its next step boundary; much later if the slot's spare is still being
-#    built). Longer down means a longer run for the same learner-steps,
+#    state comes at its next step boundary; much later if no spare is ready). Longer down means a longer run for the same learner-steps,
 #    so usually a lower goodput on actors.</details>
 # 3. Why does replaying `killed.plan` give the actors' parameters while the simulated run of
 #    the same config does not?
