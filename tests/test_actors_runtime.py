@@ -194,8 +194,8 @@ def test_a_killed_slot_gets_the_oldest_spare_and_the_pool_refills_one_at_a_time(
     the clock; promoting slot 1 gives it the oldest, the syncer is told, and one spare is being
     built; promoting slot 1 again and slot 2 gives them the next two (built before the clock),
     and no second build begins until the first is done (`built`); then the next owed one
-    begins. On the testbed (placement) each host keeps its own two, built for its slot on its
-    host. Without failures: no spare, and a dead learner's slot gets a new (cold) process.
+    begins. On the testbed (placement) each host keeps one of its own, built for its slot on
+    its host. Without failures: no spare, and a dead learner's slot gets a new (cold) process.
     `close` kills every process once, the one being built too."""
     import types
 
@@ -251,9 +251,9 @@ def test_a_killed_slot_gets_the_oldest_spare_and_the_pool_refills_one_at_a_time(
     bed = pool_module.Pool(fake_ray, config(((1, 1.0, 2.0),)), placement=True, spares=None)
     bed.build("params", 0.01, "cache")
     assert sorted(bed.spares) == [1, 2, 3]
-    for m in range(M):  # its host's two, built for slot m on its host
+    for m in range(M):  # its host's one, built for slot m on its host
         assert [(a.args[1], a.where) for a in bed.spares[m + 1]] == [
-            (m, {f"host{m + 1}": 0.01})] * 2
+            (m, {f"host{m + 1}": 0.01})]
     mine = [a.n for a in bed.spares[3]]
     assert bed.promote(2).n == mine[0] and built[-1].args[1] == 2
     assert built[-1].where == {"host3": 0.01}

@@ -5,9 +5,10 @@ and compile (tens of seconds on a busy machine), while the run goes on without i
 instead keeps warm spares: learner processes built and warmed up (compiled) before the clock
 starts. A spare serves any slot of its host: it takes the slot's number (its data shard,
 `LearnerProgram` reads rows [m]) when it starts to serve (`Learner.run`'s `slot`). On the
-testbed each learner has a host of its own, so each host keeps `DEPTH` spares for its one
-slot; on one machine (no placement) the spares are one queue of `DEPTH` × M for every slot, so
-a slot killed three times in a row is served as fast as three slots killed once. When slot
+testbed each learner has a host of its own, so each host keeps one spare for its one slot (its
+runs kill a learner once); on one machine (no placement) the spares are one queue of `DEPTH` ×
+M for every slot, so a slot killed three times in a row is served as fast as three slots killed
+once. When slot
 m's process dies (killed by the driver at a failure window, or anything else), `promote(m)`
 makes the oldest spare of m's host slot m's process (the syncer is told its handle:
 `Syncer.replace`), and the pool refills behind it: one new spare at a time (`pending`, then
@@ -32,7 +33,7 @@ import warnings
 
 from .ray_actors import actor_classes
 
-DEPTH = 2  # warm spares per learner (module docstring)
+DEPTH = 2  # warm spares per learner on one machine (module docstring)
 
 
 class Pool:
@@ -50,7 +51,7 @@ class Pool:
         self.slots = {}  # host -> its slots, the first one's number given to a new spare
         for m in range(self.M):
             self.slots.setdefault(self.host(m), []).append(m)
-        self.depth = DEPTH * (1 if placement else self.M) if self.warm else 0  # a host's
+        self.depth = (1 if placement else DEPTH * self.M) if self.warm else 0  # a host's
         self.syncer, self.learners = None, []
         self.spares: dict[int, list] = {h: [] for h in self.slots}  # a host's, the oldest first
         self.owed: list[int] = []  # hosts a spare is owed to, in the order of the promotions
