@@ -214,7 +214,11 @@ def _drive(ray, config, pool, t0, first, progress, stall_s) -> dict:
             done, _ = ray.wait([poll, *running, *pool.pending()], num_returns=1,
                                timeout=timeout)
             for ref in [r for r in done if r in pool.pending()]:
-                pool.built(ref)  # a spare is ready: the next owed one is begun
+                try:
+                    pool.built(ref)  # a spare is ready: the next owed one is begun
+                except ray.exceptions.RayActorError:
+                    raise RuntimeError("a spare learner process died while it was being built "
+                                       "(out of memory?): the pool cannot refill") from None
             if poll in done:
                 version, st = _checked(ray, poll)
                 poll = syncer.changed.remote(version, min(stall_s, LONG_POLL_S))
