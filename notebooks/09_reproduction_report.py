@@ -290,7 +290,7 @@ say(f"At {slow * 1e3:g} Mbit/s Decoupled DiLoCo reaches the target "
 # %% [markdown]
 # Read the figure from the right. On fast links every method is compute-bound and takes about
 # as long. As the link slows, each DDP step waits for its gradient to cross the link; bf16
-# gradients halve that wait, DiLoCo's exchange every 40 steps cuts it further, and 4-bit
+# gradients halve that wait, DiLoCo's exchange every 32 steps cuts it further, and 4-bit
 # fragments overlapped with compute cut most of the rest. **With equal, reliable learners the
 # whole speed-up is the communication cut**: lock-step Streaming DiLoCo gets it too. On the
 # slowest link the clock says the decoupling costs a little (its factor is below 1×: the
