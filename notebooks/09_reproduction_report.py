@@ -293,10 +293,10 @@ say(f"At {slow * 1e3:g} Mbit/s Decoupled DiLoCo reaches the target "
 # gradients halve that wait, DiLoCo's exchange every 32 steps cuts it further, and 4-bit
 # fragments overlapped with compute cut most of the rest. **With equal, reliable learners the
 # whole speed-up is the communication cut**: lock-step Streaming DiLoCo gets it too. On the
-# slowest link the clock says the decoupling costs a little (its factor is below 1×: the
-# syncer's one link carries every reply to the four learners in turn); measured, it is about
-# 1×, because there the lock-step exchanges ran about 1.25× slower than the clock's rate while
-# the actors kept to theirs (see the last table).
+# slowest link the decoupling even costs a little, on the clock and measured (its factor is
+# below 1×: the syncer's one link carries every reply to the four learners in turn). How
+# much varies from run to run: at 1 Mbit/s a cell can move by a quarter between two runs of
+# the job (see the last table: measured ÷ simulated).
 #
 # **Where the decoupling earns its keep.** The second part of the job runs, at 10 Mbit/s, one
 # learner twice as slow, and one learner killed for the middle third of the run (a warm spare
