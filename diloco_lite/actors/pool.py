@@ -7,12 +7,11 @@ starts. A spare serves any slot of its host: it takes the slot's number (its dat
 `LearnerProgram` reads rows [m]) when it starts to serve (`Learner.run`'s `slot`). On the
 testbed each learner has a host of its own, so each host keeps one spare for its one slot (its
 runs kill a learner once); on one machine (no placement) the spares are one queue of `DEPTH` ×
-M for every slot, so a slot killed three times in a row is served as fast as three slots killed
-once. When slot
-m's process dies (killed by the driver at a failure window, or anything else), `promote(m)`
-makes the oldest spare of m's host slot m's process (the syncer is told its handle:
-`Syncer.replace`), and the pool refills behind it: one new spare at a time (`pending`, then
-`built`: the driver waits on the build as on its other calls), so that the builds take at
+M for every slot, so a slot killed three times in a row is served as fast as three slots
+killed once. When slot m's process dies (killed by the driver at a failure window, or anything
+else), `promote(m)` makes the oldest spare of m's host slot m's process (the syncer is told its
+handle: `Syncer.replace`), and the pool refills behind it: one new spare at a time (`pending`,
+then `built`: the driver waits on the build as on its other calls), so that the builds take at
 most one core from the learners' steps at any time. The promoted spare waits out the window
 and rejoins as any returning learner (Θ and a peer's inner state).
 
