@@ -1,7 +1,7 @@
 """Where the speed-up over slow links comes from, measured: every method on the testbed at four
 link speeds, end to end, with repeats; then where the decoupling earns its keep (issue 37).
 
-    python -m diloco_lite.actors.versus            # 4 learner hosts (+ the syncer's), ~62 min
+    python -m diloco_lite.actors.versus            # 4 learner hosts (+ the syncer's), ~55 min
     python -m diloco_lite.actors.versus --quick    # 2 learner hosts, 60 steps, 2 speeds
 
 **The table** (`measure` → `versus_table.cells`): rows = methods, at 1000, 100, 10 and 1 Mbit/s
@@ -64,7 +64,7 @@ holds every open sync (K = M) until it is back, while the others step on. Beside
 simulated clock's run of the very same config, and the lock-step method itself on the clock
 (`lockstep_sim_s`; `elastic=True` where a learner is killed: it goes on without it).
 
-Not in `make test` (root, iproute2, Ray; 62 minutes on 2 cores, measured); `make reproduce`'s
+Not in `make test` (root, iproute2, Ray; 55 minutes on 2 cores, measured); `make reproduce`'s
 `versus` job runs it.
 """
 
