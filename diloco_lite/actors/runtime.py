@@ -18,12 +18,12 @@
   kills the learner's process through Ray (`ray.kill`, for good: on whichever node it runs,
   also a spare still starting after an earlier kill), logs the kill and tells the syncer of
   the failure at once (it need not wait for Ray to notice). A warm spare of its host (two a
-  learner), built and compiled before the clock started (`actors.pool`), takes its slot and
-  waits out the window, then reloads Θ and a healthy peer's inner optimizer state at that
-  peer's next step boundary (none up: a fresh one); the pool builds a new spare behind
-  them, one at a time. A
-  learner that dies of anything else is replaced the same way once Ray reports its death. If
-  the syncer dies, the run stops with a message: Θ lived there (no checkpoint).
+  learner on one machine, one a host on the testbed: `actors.pool`), built and compiled
+  before the clock started, takes its slot and waits out the window, then reloads Θ and a
+  healthy peer's inner optimizer state at that peer's next step boundary (none up: a fresh
+  one); the pool builds a new spare behind it, one at a time. A learner that dies of anything
+  else is replaced the same way once Ray reports its death. If the syncer dies, the run stops
+  with a message: Θ lived there (no checkpoint).
 - Each learner stops at its share of the budget (`actors.budget`); once every learner up has
   stopped (each after the syncer has every answer it sent), the syncer books the run
   (`actors.booking`) and plans the flush.
@@ -75,10 +75,10 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
     has `train`'s columns on the wall clock, and whose `plan` is what really happened (module
     docstring). Starts a local Ray instance unless one is running (`ray.init` first to use a
     cluster), and stops what it started. `placement`: the syncer on the node with resource
-    `host0`, learner m (and its spare) on `host<m+1>` (`actors.hosts`: one node per testbed
+    `host0`, learner m (and its host's spare) on `host<m+1>` (`actors.hosts`: one node per testbed
     host). `meter()`: per-host interface counters, read at the start of the clock and after the
-    flush; their growth goes to `RunResult.wire`. `spares`: warm spare processes per learner
-    (`pool.DEPTH`; None: where the `Cluster` has failures). `idle_s`: after the run, the
+    flush; their growth goes to `RunResult.wire`. `spares`: whether to keep warm spare processes
+    (`actors.pool`; None: where the `Cluster` has failures). `idle_s`: after the run, the
     syncer's CPU over that many idle seconds is measured. `drop` (tests only): (m, k) loses
     the k-th numbered message to learner m on the way (a resend recovers it); `resend_s`: how
     long a learner waits for a message it knows is due before it asks again (None:
