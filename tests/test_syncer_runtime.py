@@ -571,10 +571,16 @@ def test_a_window_of_a_learner_still_down_extends_its_downtime_and_delays_its_re
     assert [(m, message[0]) for m, message in heard] == [(peer, ("upload", 1))]
     assert got == [] and rejoin.is_alive()
     now[0] = 0.9
-    actor.peer_state(peer, "the peer's state", 0.9)
+    actor.peer_state(peer, 5_000, 0.9)  # it holds its state as of 0.9 s (5,000 bytes)
     rejoin.join(10.0)
     assert not rejoin.is_alive()
-    assert (got[0]["inner"], got[0]["t"]) == ("the peer's state", 0.9)
+    # learner 1 fetches it from the peer's process, host to host, not through the syncer's
+    assert (got[0]["inner"], got[0]["t"]) == ((actor.learners[peer], 0.9), 0.9)
+    assert actor.direct == {(peer, "up"): 5_000, (1, "down"): 5_000}
+    # the peer died before learner 1 fetched it: another learner up is named, counted
+    rt.up[peer] = False
+    other = next(q for q in range(len(actor.learners)) if q not in (1, peer) and rt.up[q])
+    assert actor.refetch(1) == (actor.learners[other], None) and actor.refetched == {1: 1}
 
 
 def test_a_restarted_learner_that_has_not_rejoined_gives_no_flush_payload():

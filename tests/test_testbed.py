@@ -4,6 +4,7 @@ bytes it books. Needs root and iproute2 (CI has both); elsewhere only the fallba
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -82,6 +83,71 @@ def test_set_rate_changes_every_link_of_a_testbed_that_exists():
         assert send(bed, 1_000_000) < 0.2
         with pytest.raises(ValueError, match="gbit_per_s=0 is invalid"):
             tb.set_rate(2, 0)
+
+
+ECHO = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 5556)); s.listen(); print("listening", flush=True)
+c, _ = s.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while b := c.recv(1):
+    c.sendall(b)
+"""
+ROUND_TRIPS = """
+import socket, statistics, sys, time
+s = socket.create_connection((sys.argv[1], 5556))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+times = []
+for _ in range(8):
+    t = time.monotonic(); s.sendall(b"x"); s.recv(1); times.append(time.monotonic() - t)
+    time.sleep(0.05)
+print(statistics.median(times))
+"""
+
+
+def round_trip_behind_bulk(bed) -> float:
+    """The median round trip of one byte from host 0 to host 2 while host 0 sends 3 MB to
+    host 1 (the token bucket's queue full of them)."""
+    echo = subprocess.Popen(bed.command(2, [sys.executable, "-c", ECHO, bed.address(2)]),
+                            stdout=subprocess.PIPE, text=True)
+    sink = subprocess.Popen(bed.command(1, [sys.executable, "-c", SERVER, bed.address(1)]),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert echo.stdout.readline().strip() == sink.stdout.readline().strip() == "listening"
+        bulk = subprocess.Popen(bed.command(0, [sys.executable, "-c", CLIENT, bed.address(1),
+                                                str(3_000_000)]))
+        time.sleep(1.0)  # the bulk flow has filled the queue
+        rtt = subprocess.run(bed.command(0, [sys.executable, "-c", ROUND_TRIPS,
+                                             bed.address(2)]),
+                             capture_output=True, text=True, check=True, timeout=60).stdout
+        bulk.wait(timeout=60)
+        return float(rtt)
+    finally:
+        for p in (echo, sink):
+            p.kill()
+            p.wait()
+
+
+@needs_namespaces
+def test_a_fair_link_gives_one_peer_the_whole_rate_and_queues_no_peer_behind_another():
+    """`fair`: alone, a flow gets the whole 10 Mbit/s (1 MB in 0.76–0.96 s, as a FIFO link);
+    while host 0's queue holds data to host 1, a one-byte round trip to host 2 takes under 10 ms
+    (its own class; measured under 1 ms), where the FIFO token bucket makes it wait behind the
+    data (over 20 ms; measured 40–113 ms: the test tells the two apart). TCP Reno fills the
+    queue, as in `actors.versus` (BBR keeps it short). `set_rate` changes a fair link's rate."""
+    with tb.Testbed(3, Link(gbit_per_s=0.01), fair=True, tcp="reno") as bed:
+        assert bed.fair
+        assert "qdisc htb" in subprocess.run(["tc", "-n", "dlt-h0", "qdisc", "show"],
+                                             capture_output=True, text=True).stdout
+        assert 0.95 * 0.8 <= send(bed, 1_000_000) <= 1.2 * 0.8
+        assert 0.95 * 0.8 <= send(bed, 1_000_000, back=True) <= 1.2 * 0.8
+        assert round_trip_behind_bulk(bed) < 0.01
+        tb.set_rate(3, 0.02)
+        assert 0.95 * 0.4 <= send(bed, 1_000_000) <= 1.2 * 0.4
+    with tb.Testbed(3, Link(gbit_per_s=0.01), tcp="reno") as bed:
+        assert round_trip_behind_bulk(bed) > 0.02
+    with pytest.raises(ValueError, match="fair=1 is invalid"):
+        tb.Testbed(2, fair=1)
 
 
 def congestion_control(bed, k: int) -> str:

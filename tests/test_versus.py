@@ -322,6 +322,13 @@ def test_the_control_traffic_is_the_calls_times_their_bytes_plus_the_idle_traffi
     assert out["syncer_up_control"] == pytest.approx(sum(got) - 180_000)
     assert out["syncer_down_control"] == pytest.approx(sum(sent) - 100_000)
     assert versus.wire_rows(SimpleNamespace(wire=None), per_call) == {}
+    # learner 0 was a returning learner's peer: its inner state (7,000 bytes) went from its host
+    # to learner 1's, not through the syncer's, whose booked bytes each way leave it out
+    wire[1]["direct_up"], wire[2]["direct_down"] = 7_000, 7_000
+    out = versus.wire_rows(run, None)
+    assert out["syncer_up_booked"] == 180_000 - 7_000
+    assert out["syncer_down_booked"] == 100_000 - 7_000
+    assert out["up_booked"] == 50_000 and out["down_booked"] == 90_000
 
 
 def test_a_calls_unbooked_bytes_are_its_pickle_less_its_booked_arrays():

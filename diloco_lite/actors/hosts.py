@@ -14,7 +14,9 @@ clock to the end of the flush: the learners' answers (the wire format's bytes) a
 replies, plus Ray's own traffic (the calls, the nodes' heartbeats and resource reports); and
 for each learner's host the Ray calls the syncer counted each way (`calls_up`, `calls_down`)
 and the bytes their arguments carried beyond the booked ones (`unbooked_up`, `unbooked_down`:
-`ray_actors.unbooked_bytes`). Without a testbed (no root or no iproute2) everything falls
+`ray_actors.unbooked_bytes`), and the bytes of peers' inner states it sent to a returning
+learner's host or fetched from a peer's (`direct_up`, `direct_down`: they bypass the syncer's
+host). Without a testbed (no root or no iproute2) everything falls
 back to one local Ray instance, and `wire` is None.
 
 Ray's token authentication is turned off for these nodes (`RAY_AUTH_MODE=disabled`): they

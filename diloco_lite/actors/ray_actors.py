@@ -9,7 +9,9 @@
   bytes, with the learner's report); a publish notice (`hear`, from the syncer, sent at the
   close) says when the next version of a fragment counts from, and its reply brings the
   bytes, taken when its rules say (waiting for them only if the merge is late); an "upload"
-  asks for its inner optimizer state at its next step boundary (for a returning peer). At its
+  asks for its inner optimizer state at its next step boundary (for a returning peer: it keeps
+  the state and tells the syncer, which tells the returning learner where to fetch it,
+  `held_state`: the bytes go from host to host, not through the syncer's). At its
   stop position it waits until the syncer has every answer it sent, reports, and waits for a
   new stop (a learner went down) or the end. A new process after a kill (a spare: it takes
   the slot's number, `slot`) waits out the window, then rejoins (`Syncer.rejoin`).
@@ -30,6 +32,7 @@ from .inbox import RESEND_S, Inbox
 from .syncer_actor import SyncerActor, setup_process, unbooked_bytes  # noqa: F401
 
 CLOCK_SAMPLES = 5  # round trips to the syncer's clock per offset measurement (the fastest wins)
+UPLOADS_KEPT = 4  # a learner's last inner-state uploads it keeps for returning learners
 
 
 def import_ray():
@@ -59,6 +62,7 @@ def actor_classes():
             self.program = LearnerProgram(config, m, params)
             self.program.warm_up()
             self.mail, self.replies = Inbox(m, resend_s or RESEND_S), {}
+            self.uploads = {}  # its step boundary -> its inner state uploaded there
 
         def ready(self, syncer=None):
             """Built; taking in the syncer's handle loads the Syncer class from Ray's GCS (some
@@ -85,6 +89,8 @@ def actor_classes():
             self.mail.put(message, reply, life, number)
 
         def run(self, syncer, t0, messages=None, back_at=None, slot=None):
+            import jax
+
             from .agent import LearnerAgent
 
             if slot is not None:  # a spare, built for another slot of its host, serves `slot`
@@ -99,7 +105,8 @@ def actor_classes():
                 got = ray.get(syncer.rejoin.remote(m))
                 if got is None:
                     return "ended"
-                prog.reload(got["leaves"], got["inner"], got["versions"])
+                prog.reload(got["leaves"], self._peer_state(syncer, m, got["inner"]),
+                            got["versions"])
                 agent = LearnerAgent(m, P, tau, k=got["k"], versions=got["versions"],
                                      period_s=period)
                 messages, T, life = got["messages"], got["t"], got["life"]
@@ -147,13 +154,35 @@ def actor_classes():
                     wait(lambda: prog.has(p, version),  # noqa: B023
                          lambda: f"the reply of fragment {p}, version {version}")  # noqa: B023
                     prog.apply(p, version)
-                if self.mail.upload:
+                if self.mail.upload:  # its inner state, for a returning peer to fetch
                     self.mail.upload = False
-                    ray.get(syncer.peer_state.remote(m, prog.inner_state(), T))
+                    state = self.uploads[T] = prog.inner_state()
+                    while len(self.uploads) > UPLOADS_KEPT:
+                        del self.uploads[min(self.uploads)]
+                    nbytes = sum(x.nbytes for x in jax.tree.leaves(state))
+                    ray.get(syncer.peer_state.remote(m, nbytes, T))
                     agent.uploaded(T)
                 done, sent = ray.wait(sent, num_returns=len(sent), timeout=0) if sent else ([],
                                                                                         [])
                 ray.get(done)  # (an error in the syncer's handling surfaces here)
+
+        def held_state(self, t=None):
+            """Its inner optimizer state as uploaded at its step boundary t (a returning learner
+            fetches it from this process, host to host); None: as of its last step."""
+            return self.program.inner_state() if t is None else self.uploads[t]
+
+        def _peer_state(self, syncer, m, inner):
+            """The inner state a returning learner loads: `inner` None (a fresh one), or (a
+            peer's handle, its upload's time) to fetch from the peer. If the peer died since
+            its upload, the syncer names another learner up (`Syncer.refetch`), whose state as
+            of its last step it loads (None: a fresh one, none being up)."""
+            while inner is not None:
+                peer, t = inner
+                try:
+                    return ray.get(peer.held_state.remote(t))
+                except ray.exceptions.RayActorError:
+                    inner = ray.get(syncer.refetch.remote(m))
+            return None
 
         def _take(self, agent, block_s=0.0):
             """Pass on what the syncer said, in the order it was sent (`block_s`: wait that

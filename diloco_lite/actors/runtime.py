@@ -87,7 +87,8 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
     `RunResult.runtime` (an attribute beside the fields) holds what the runtime itself
     measured: the syncer's CPU (`cpu`: seconds of its process over the run and idle), the
     messages sent again (`resent`), answers re-stamped (`restamped`), the learners' clock
-    offsets against the syncer's (`clock`), and per kill the replacement's times (`kills`)."""
+    offsets against the syncer's (`clock`), per kill the replacement's times (`kills`), and
+    the returning learners whose peer died before they fetched its state (`refetched`)."""
     import jax
 
     from ..model import count_params
@@ -128,7 +129,7 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
                            for a, b in zip(start, meter(), strict=True)]
             for m in range(config.workers):  # the Ray calls between learner m and the syncer
                 out["wire"][m + 1].update({f"{what}_{way}": out[what].get((m, way), 0)
-                                           for what in ("calls", "unbooked")
+                                           for what in ("calls", "unbooked", "direct")
                                            for way in ("up", "down")})
         if idle_s:
             out["cpu"] = ray.get(pool.syncer.idle.remote(idle_s))
@@ -153,7 +154,8 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
                        .reset_index(), counters=plan.final, plan=plan, log=out["log"],
                        wire=out.get("wire"))
     result.runtime = dict(cpu=out["cpu"], resent=sum(out["resent"].values()),
-                          restamped=out.get("restamped", 0), clock=clock, kills=out["kills"])
+                          restamped=out.get("restamped", 0), clock=clock, kills=out["kills"],
+                          refetched=sum(out.get("refetched", {}).values()))
     return result
 
 

@@ -79,6 +79,10 @@ class SyncerActor:
         # (learner, "up" | "down"): Ray calls each way, and the bytes their arguments
         # carry beyond the booked ones (`unbooked_bytes`)
         self.calls, self.unbooked = collections.Counter(), collections.Counter()
+        # (learner, "up"/"down") -> bytes of peers' inner states it sent / fetched host to host
+        # (counted when fetched: one a returning learner never took crossed no link)
+        self.direct = collections.Counter()
+        self.refetched = collections.Counter()  # learner -> its peer died before it fetched
         self.cpu: dict = {}
         self.firsts: list = []  # (learner, its process, running since, its first step)
 
@@ -148,7 +152,22 @@ class SyncerActor:
                 self._send()  # (a waiter's check notifies no one: no ping-pong)
                 return None if state == "wait" else (got,)
 
-            return self._wait(ready, f"learner {m}'s rejoin (its peer's state)")[0]
+            got = self._wait(ready, f"learner {m}'s rejoin (its peer's state)")[0]
+            if got is not None and got["inner"] is not None:  # a peer's, to fetch from its host
+                q, nbytes, t = got["inner"]
+                got["inner"] = (self.learners[q], t)
+                self.direct[m, "down"] += nbytes
+                self.direct[q, "up"] += nbytes
+            return got
+
+    def refetch(self, m):
+        """Returning learner m's peer died before m fetched its state: (another learner up,
+        None: its state as of its last step), or None (none up: a fresh one). Counted."""
+        with self.cv:
+            self._count(m, "up", 0)
+            self.refetched[m] += 1
+            up = [q for q in range(len(self.learners)) if q != m and self.rt.up[q]]
+            return (self.learners[up[0]], None) if up else None
 
     def until(self, m, life, t):
         """How many messages learner m's process has been sent, once every event up to its
@@ -178,13 +197,13 @@ class SyncerActor:
         with self.cv:
             self.firsts.append((m, life, ready, t))
 
-    def peer_state(self, q, inner_state, t):
-        import jax
-
-        extra = unbooked_bytes((q, inner_state, t), *jax.tree.leaves(inner_state))
+    def peer_state(self, q, nbytes, t):
+        """Peer q holds its inner optimizer state as of its step boundary t (`nbytes`); the
+        returning learner fetches it from q's process (`rejoin`), so its bytes cross q's link
+        and the learner's, not the syncer's (`direct`)."""
         with self.cv:
-            self._count(q, "up", extra)
-            self.rt.peer_state(q, inner_state, t)
+            self._count(q, "up", unbooked_bytes((q, nbytes, t)))
+            self.rt.peer_state(q, (q, nbytes, t), t)
             self._deliver()
 
     # ---- the driver's view ----------------------------------------------------------------------
@@ -228,6 +247,7 @@ class SyncerActor:
     def result(self):
         with self.cv:
             return {**self.rt.result(), "calls": dict(self.calls), "unbooked": dict(self.unbooked),
+                    "direct": dict(self.direct), "refetched": dict(self.refetched),
                     "resent": dict(self.resent), "cpu": self._cpu(), "firsts": list(self.firsts)}
 
     def _cpu(self):

@@ -25,6 +25,9 @@ from ..clock import Link, exchange_cost
 from ..config import DDP, DiLoCo, RunConfig
 
 TCP = "reno"  # the testbed's congestion control (`Testbed`'s `tcp`: BBR ran the links slower)
+# each host link shared fairly among its peers (`Testbed`'s `fair`): with one FIFO per link,
+# bf16 DDP's all-to-all ran 1.25–1.28× its clock at 1 Mbit/s
+FAIR = True
 START_IN_S = 0.5  # `train_actors`' default start_in_s: its clock starts that long after the meter
 
 
@@ -130,7 +133,7 @@ def lockstep_runs(table: dict[float, dict[str, RunConfig]], repeats: int, curves
             for name, c in table[gbit].items():
                 jobs.append((r, gbit, name, window_config(c, *cut[name]) if name in cut else c))
     M = jobs[0][3].workers
-    with Testbed(M, Link(gbit_per_s=speeds[0]), quiet=True, tcp=TCP) as bed:
+    with Testbed(M, Link(gbit_per_s=speeds[0]), quiet=True, tcp=TCP, fair=FAIR) as bed:
         before = bed.counters()
         results = launch([c for *_, c in jobs], processes=M, devices_per_process=1,
                          testbed=bed, echo=False, timeout_s=4 * 3600, pace_s=pace_s,
@@ -202,7 +205,7 @@ def decoupled_runs(entries: list[dict], probe_after: int | None = None,
         at = e["config"].cluster.link.gbit_per_s
         jobs.insert(probe_after, dict(payload=_payload_size(e["sim"][1])))
     with Testbed(first.workers + 1, Link(gbit_per_s=first.cluster.link.gbit_per_s),
-                 quiet=True, tcp=TCP) as bed:
+                 quiet=True, tcp=TCP, fair=FAIR) as bed:
         got = trains_on_testbed(jobs, bed, progress=progress)
     calls = got.pop(probe_after) if probe_after is not None else None
     runs = []
@@ -252,7 +255,8 @@ def _payload_size(result) -> int:
 def wire_rows(result, per_call: dict | None) -> dict:
     """A run on the testbed: its learner hosts' mean bytes on the wire, up (what a host sent)
     and down (what it received), and the syncer's host's, beside the booked bytes (a learner's:
-    the run's answers and replies over M; the syncer's: all of them) and the control traffic
+    the run's answers and replies over M; the syncer's: all of them, less the peers' inner
+    states that went from host to host, `direct_up`/`direct_down`) and the control traffic
     (`control`), when `per_call` (`hosts.call_bytes`, at the run's link speed) is given."""
     if result.wire is None:
         return {}
@@ -261,12 +265,15 @@ def wire_rows(result, per_call: dict | None) -> dict:
     booked = {"tx": float(result.final.comm_bytes) / M, "rx": float(result.final.down_bytes) / M}
     model = [control(w, per_call, booked) for w in learners] if per_call is not None else None
     out = {}
+    # peers' inner states for returning learners go from host to host, not through the syncer's
+    direct = {way: float(sum(w.get(f"direct_{way}", 0) for w in learners))
+              for way in ("up", "down")}
     for way, key, back in (("up", "tx", "rx"), ("down", "rx", "tx")):
         out[f"{way}_wire"] = float(np.mean([w[f"{key}_bytes"] for w in learners]))
         out[f"{way}_booked"] = booked[key]
         # the syncer's host sends what the learners receive, and receives what they send
         out[f"syncer_{way}_wire"] = float(result.wire[0][f"{key}_bytes"])
-        out[f"syncer_{way}_booked"] = M * booked[back]
+        out[f"syncer_{way}_booked"] = M * booked[back] - direct["down" if way == "up" else "up"]
         if model is not None:
             out[f"{way}_control"] = float(np.mean([c[key] for c in model]))
             out[f"syncer_{way}_control"] = float(sum(c[back] for c in model))

@@ -76,14 +76,21 @@ class Testbed:
     control (`net.ipv4.tcp_congestion_control` in each host's namespace: "reno" or "bbr"; None:
     the kernel's default). Through a token bucket at 1 Mbit/s, fp32 DDP's ring ran closer to
     the link's rate with Reno than with this machine's default, BBR (`actors.versus`' full
-    runs: its windows 1.04× the clock's with Reno, 1.18× with BBR; docs/systems.md)."""
+    runs: its windows 1.04× the clock's with Reno, 1.18× with BBR; docs/systems.md). `fair`:
+    each link shares its rate among the host's peers (`_fair`: a class per peer, each sure of
+    1/(hosts − 1) of the rate and free to borrow all of it while the others are idle) instead
+    of queueing everything in one token bucket's FIFO, where an all-to-all's flows share the
+    rate unevenly and a host's ACKs to one peer wait behind its data to another (up to the
+    bucket's 200 ms of queue); where the kernel has no `htb`, the FIFO, said."""
 
-    def __init__(self, hosts: int, link=None, *, quiet: bool = False, tcp: str | None = None):
+    def __init__(self, hosts: int, link=None, *, quiet: bool = False, tcp: str | None = None,
+                 fair: bool = False):
         from ..config import check, check_int
 
         check_int("hosts", hosts, 1, 200)
         check(tcp in (None, "reno", "bbr"), "tcp", tcp, '"reno", "bbr" or None')
-        self.hosts, self.link, self.quiet, self.tcp = hosts, link, quiet, tcp
+        check(isinstance(fair, bool), "fair", fair, "True or False")
+        self.hosts, self.link, self.quiet, self.tcp, self.fair = hosts, link, quiet, tcp, fair
         self.emulated, self.latency_emulated, self.reason = False, False, ""
 
     # -- the context manager ------------------------------------------------------------------
@@ -171,16 +178,17 @@ class Testbed:
             (ETC_NETNS / ns / "hosts").write_text(
                 f"127.0.0.1 localhost\n{self.address_of(k)} {hostname}\n")
             if self.link is not None:
-                self._shape(ns, "eth0", self.link.latency_s)  # what host k sends
-                self._shape(SWITCH, port, 0.0)  # what it receives
+                self._shape(ns, "eth0", self.link.latency_s, k, "dst")  # what host k sends
+                self._shape(SWITCH, port, 0.0, k, "src")  # what it receives
 
     def address_of(self, k: int) -> str:
         return f"{SUBNET}.{k + 1}"
 
-    def _shape(self, ns: str, dev: str, latency_s: float) -> None:
+    def _shape(self, ns: str, dev: str, latency_s: float, k: int, side: str) -> None:
+        """Shape `dev` (in namespace `ns`): host k's egress (`side` "dst": its packets by
+        destination) or ingress ("src": by source)."""
         if math.isinf(self.link.gbit_per_s):
             return
-        tbf = _tbf(self.link.gbit_per_s)
         parent = ["root", "handle", "1:"]
         if latency_s > 0:
             try:
@@ -190,7 +198,19 @@ class Testbed:
                 parent = ["parent", "1:1", "handle", "10:"]
             except subprocess.CalledProcessError:
                 self.latency_emulated = False
-        _run("tc", "-n", ns, "qdisc", "add", "dev", dev, *parent, *tbf)
+        if self.fair and self.hosts > 1:
+            try:
+                for cmd in _fair(dev, parent, self.link.gbit_per_s, k, self.hosts, side):
+                    _run("tc", "-n", ns, *cmd)
+                return
+            except subprocess.CalledProcessError:  # no htb: its first link's part removed
+                where = parent[:1] if parent[0] == "root" else parent[:2]
+                subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", dev, *where],
+                               capture_output=True, check=False)
+                self.fair = False
+                self._say("testbed: this kernel has no htb qdisc: each link is one FIFO token "
+                          "bucket, not shared fairly among the host's peers")
+        _run("tc", "-n", ns, "qdisc", "add", "dev", dev, *parent, *_tbf(self.link.gbit_per_s))
 
     def _say(self, text: str) -> None:
         if not self.quiet:
@@ -205,6 +225,42 @@ def _tbf(gbit_per_s: float) -> list[str]:
     return ["tbf", "rate", f"{int(rate)}bit", "burst", str(burst), "limit", str(limit)]
 
 
+def _fair(dev: str, parent: list[str], gbit_per_s: float, k: int, hosts: int, side: str,
+          verb: str = "add") -> list[list[str]]:
+    """The `tc` commands (after `tc -n <ns>`) of a link of `gbit_per_s` on `dev` shared fairly
+    among host k's peers (`Testbed`'s `fair`): an htb under `parent` (`["root", "handle",
+    "1:"]`, or below a netem), one class of the whole rate, below it a class per peer (the
+    packets to it, `side` "dst", or from it, "src": a u32 filter on its address) sure of an
+    equal share and borrowing up to the whole rate, one packet (`quantum`) per turn, each
+    with its own FIFO of the token bucket's limit (`_tbf`); anything else (ARP) in a last
+    class. `verb` "change": the same shape at a new rate (`set_rate`)."""
+    top = parent[-1].rstrip(":")
+    rate = gbit_per_s * 1e9
+    burst = max(int(rate / 8 / 250), 16_000)  # as `_tbf`'s
+    limit = max(int(rate / 8 * 0.2), 256_000)
+    peers = [j for j in range(hosts) if j != k]
+
+    def shaped(classid, share, of=f"{top}:1"):
+        return ["class", verb, "dev", dev, "parent", of, "classid", classid, "htb",
+                "rate", f"{max(int(share), 8)}bit", "ceil", f"{int(rate)}bit", "burst",
+                str(burst), "cburst", str(burst), "quantum", "1514"]
+
+    out = [] if verb == "change" else [["qdisc", "add", "dev", dev, *parent, "htb", "default",
+                                        "99"]]
+    out.append(shaped(f"{top}:1", rate, of=f"{top}:"))
+    for i, j in enumerate([*peers, None]):
+        classid = f"{top}:{10 + i}" if j is not None else f"{top}:99"
+        out.append(shaped(classid, rate / len(peers) if j is not None else rate / 100))
+        leaf = f"{100 + i}:"
+        out.append(["qdisc", verb, "dev", dev, "parent", classid, "handle", leaf, "bfifo",
+                    "limit", str(limit)])
+        if j is not None and verb == "add":
+            out.append(["filter", "add", "dev", dev, "parent", f"{top}:", "protocol", "ip",
+                        "prio", "1", "u32", "match", "ip", side, f"{SUBNET}.{j + 1}/32",
+                        "flowid", classid])
+    return out
+
+
 def set_rate(hosts: int, gbit_per_s: float) -> None:
     """Every link of a testbed of `hosts` hosts that exists (root: from any process, e.g. one
     running inside a host) now carries `gbit_per_s` each way: its token buckets replaced (a
@@ -213,11 +269,15 @@ def set_rate(hosts: int, gbit_per_s: float) -> None:
 
     check_positive("gbit_per_s", gbit_per_s)  # (a testbed's infinite link has no bucket)
     for k in range(hosts):
-        for ns, dev in ((f"{PREFIX}h{k}", "eth0"), (SWITCH, f"{PREFIX}p{k}")):
+        for ns, dev, side in ((f"{PREFIX}h{k}", "eth0", "dst"), (SWITCH, f"{PREFIX}p{k}", "src")):
             shown = _run("tc", "-n", ns, "qdisc", "show", "dev", dev)
             where = (["parent", "1:1", "handle", "10:"] if "netem" in shown
                      else ["root", "handle", "1:"])
-            _run("tc", "-n", ns, "qdisc", "change", "dev", dev, *where, *_tbf(gbit_per_s))
+            if "qdisc htb" in shown:  # a fair link (`Testbed`'s `fair`)
+                for cmd in _fair(dev, where, gbit_per_s, k, hosts, side, verb="change"):
+                    _run("tc", "-n", ns, *cmd)
+            else:
+                _run("tc", "-n", ns, "qdisc", "change", "dev", dev, *where, *_tbf(gbit_per_s))
 
 
 def host_counters(hosts: int) -> list[dict]:
