@@ -260,7 +260,8 @@ display(R[R.experiment.isin(["links", "actors"])][["experiment", "method", "metr
 #
 # - **The testbed**: each learner (or DDP process) on its own *host*, a Linux network namespace
 #   behind a `tc` rate limit, so every byte between hosts crosses a real throttled link, at
-#   1000, 100, 10 and 1 Mbit/s. Decoupled DiLoCo's syncer has a fifth host of its own.
+#   1000, 100, 10 and 1 Mbit/s, shared fairly among the host's peers (as a switch that queues
+#   each flow apart would). Decoupled DiLoCo's syncer has a fifth host of its own.
 # - **Six methods, the same tokens**: DDP with fp32 gradients and with bf16 gradients; DiLoCo
 #   at H = 32, fp32 and 4-bit; lock-step Streaming DiLoCo with Decoupled DiLoCo's fragments
 #   (P = 4), overlap (τ = 2) and bits (4); and Decoupled DiLoCo itself. Every step costs the

@@ -1,7 +1,7 @@
 """Where the speed-up over slow links comes from, measured: every method on the testbed at four
 link speeds, end to end, with repeats; then where the decoupling earns its keep (issue 37).
 
-    python -m diloco_lite.actors.versus            # 4 learner hosts (+ the syncer's), ~55 min
+    python -m diloco_lite.actors.versus            # 4 learner hosts (+ the syncer's), ~45 min
     python -m diloco_lite.actors.versus --quick    # 2 learner hosts, 60 steps, 2 speeds
 
 **The table** (`measure` → `versus_table.cells`): rows = methods, at 1000, 100, 10 and 1 Mbit/s
@@ -26,7 +26,8 @@ lock-step process then adds t − t₀ of sleep per step (`train`'s `pace_s`), a
 DiLoCo's learners pad their steps to t (`Cluster.step_time_s`). Why not t = t₀: M learner
 processes, the syncer and Ray's own processes cannot keep t₀ on the cores that M lock-step
 processes fill (a quick run at t₀ left the actors' steps 1.7–1.9× slower than their clock, and
-their loss worse). The hosts run TCP Reno (`versus_runs.TCP`). Every row's config carries that
+their loss worse). The hosts run TCP Reno (`versus_runs.TCP`), each host's link shared fairly
+among its peers (`versus_runs.FAIR`, `Testbed`'s `fair`). Every row's config carries that
 `Cluster` (t, the link's rate, the hop cost), so the simulated clock beside each cell is
 `train` of the very same config: the lock-step run's own `sim_time_s` (its numbers equal a
 one-process run's), Decoupled DiLoCo's `train(config)`.
@@ -64,7 +65,7 @@ holds every open sync (K = M) until it is back, while the others step on. Beside
 simulated clock's run of the very same config, and the lock-step method itself on the clock
 (`lockstep_sim_s`; `elastic=True` where a learner is killed: it goes on without it).
 
-Not in `make test` (root, iproute2, Ray; 55 minutes on 2 cores, measured); `make reproduce`'s
+Not in `make test` (root, iproute2, Ray; 45 minutes on 2 cores, measured); `make reproduce`'s
 `versus` job runs it.
 """
 

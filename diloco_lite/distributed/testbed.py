@@ -15,7 +15,8 @@ removed): a namespace `dlt-sw` holds a bridge; host k is a namespace `dlt-h<k>` 
 `clock.Link` made real, full duplex per host: a `tc` token bucket (tbf) of `gbit_per_s` on the
 host's `eth0` (what it sends) and on its bridge port (what it receives), and `netem` delay of
 `latency_s` on `eth0` (one way) where the kernel has netem (this machine's does not: then the
-latency is not emulated, and the testbed says so). Process k runs under `ip netns exec
+latency is not emulated, and the testbed says so). With `fair=True` each of those links is an
+htb shared fairly among the host's peers instead of one FIFO bucket (`_fair`). Process k runs under `ip netns exec
 dlt-h<k>`; `/etc/netns/dlt-h<k>/hosts` (which `ip netns exec` mounts over /etc/hosts) maps this
 machine's host name to the host's address, because gloo binds its TCP pairs to the address of
 the host name. Traffic goes only to addresses inside these namespaces.
