@@ -167,8 +167,9 @@ display(pd.DataFrame({"on actors": real.final[columns], "simulated clock": sim.f
 # - On **actors** the driver kills learner 1's process (`ray.kill`) and tells the syncer at
 #   once, which leaves learner 1 out of every quorum from then on. A *warm spare* (a learner
 #   process built and compiled before the clock started, waiting in a queue) takes learner 1's
-#   slot, waits out the window and rejoins at 4.05 s, once a healthy peer has sent its
-#   optimizer state.
+#   slot, waits out the window and rejoins at 4.05 s, once a healthy peer has reached a step
+#   boundary: it loads Θ from the syncer and fetches the peer's optimizer state straight from
+#   the peer's process.
 #
 # The other learners never stop.
 

@@ -20,10 +20,10 @@
   the failure at once (it need not wait for Ray to notice). A warm spare of its host (two a
   learner on one machine, one a host on the testbed: `actors.pool`), built and compiled
   before the clock started, takes its slot and waits out the window, then reloads Θ and a
-  healthy peer's inner optimizer state at that peer's next step boundary (none up: a fresh
-  one); the pool builds a new spare behind it, one at a time. A learner that dies of anything
-  else is replaced the same way once Ray reports its death. If the syncer dies, the run stops
-  with a message: Θ lived there (no checkpoint).
+  healthy peer's inner optimizer state at that peer's next step boundary, fetched from the
+  peer's process (none up: a fresh one); the pool builds a new spare behind it, one at a
+  time. A learner that dies of anything else is replaced the same way once Ray reports its
+  death. If the syncer dies, the run stops with a message: Θ lived there (no checkpoint).
 - Each learner stops at its share of the budget (`actors.budget`); once every learner up has
   stopped (each after the syncer has every answer it sent), the syncer books the run
   (`actors.booking`) and plans the flush.

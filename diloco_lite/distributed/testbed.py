@@ -16,10 +16,10 @@ removed): a namespace `dlt-sw` holds a bridge; host k is a namespace `dlt-h<k>` 
 host's `eth0` (what it sends) and on its bridge port (what it receives), and `netem` delay of
 `latency_s` on `eth0` (one way) where the kernel has netem (this machine's does not: then the
 latency is not emulated, and the testbed says so). With `fair=True` each of those links is an
-htb shared fairly among the host's peers instead of one FIFO bucket (`_fair`). Process k runs under `ip netns exec
-dlt-h<k>`; `/etc/netns/dlt-h<k>/hosts` (which `ip netns exec` mounts over /etc/hosts) maps this
-machine's host name to the host's address, because gloo binds its TCP pairs to the address of
-the host name. Traffic goes only to addresses inside these namespaces.
+htb shared fairly among the host's peers instead of one FIFO bucket (`_fair`). Process k runs
+under `ip netns exec dlt-h<k>`; `/etc/netns/dlt-h<k>/hosts` (which `ip netns exec` mounts
+over /etc/hosts) maps this machine's host name to the host's address, because gloo binds its
+TCP pairs to the address of the host name. Traffic goes only to addresses inside these namespaces.
 
 Needs root and iproute2 (`ip`, `tc`); without them (or where namespaces cannot be made, e.g. an
 unprivileged container) it falls back to this machine's loopback with no throttle, says so and
