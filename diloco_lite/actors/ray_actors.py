@@ -172,16 +172,19 @@ def actor_classes():
             return self.program.inner_state() if t is None else self.uploads[t]
 
         def _peer_state(self, syncer, m, inner):
-            """The inner state a returning learner loads: `inner` None (a fresh one), or (a
-            peer's handle, its upload's time) to fetch from the peer. If the peer died since
-            its upload, the syncer names another learner up (`Syncer.refetch`), whose state as
-            of its last step it loads (None: a fresh one, none being up)."""
+            """The inner state a returning learner loads: `inner` None (a fresh one), or (the
+            peer, its handle, its upload's time) to fetch from the peer. If the peer died since
+            its upload, the syncer names another learner up that it has not tried
+            (`Syncer.refetch`), whose state as of its last step it loads (None: a fresh one,
+            none being left)."""
+            tried = []
             while inner is not None:
-                peer, t = inner
+                q, peer, t = inner
+                tried.append(q)
                 try:
                     return ray.get(peer.held_state.remote(t))
                 except ray.exceptions.RayActorError:
-                    inner = ray.get(syncer.refetch.remote(m))
+                    inner = ray.get(syncer.refetch.remote(m, tried))
             return None
 
         def _take(self, agent, block_s=0.0):

@@ -155,19 +155,21 @@ class SyncerActor:
             got = self._wait(ready, f"learner {m}'s rejoin (its peer's state)")[0]
             if got is not None and got["inner"] is not None:  # a peer's, to fetch from its host
                 q, nbytes, t = got["inner"]
-                got["inner"] = (self.learners[q], t)
+                got["inner"] = (q, self.learners[q], t)
                 self.direct[m, "down"] += nbytes
                 self.direct[q, "up"] += nbytes
             return got
 
-    def refetch(self, m):
+    def refetch(self, m, tried):
         """Returning learner m's peer died before m fetched its state: (another learner up,
-        None: its state as of its last step), or None (none up: a fresh one). Counted."""
+        not among the learners `tried`, its handle, None: its state as of its last step), or
+        None (none left: a fresh one). Counted."""
         with self.cv:
             self._count(m, "up", 0)
             self.refetched[m] += 1
-            up = [q for q in range(len(self.learners)) if q != m and self.rt.up[q]]
-            return (self.learners[up[0]], None) if up else None
+            up = [q for q in range(len(self.learners))
+                  if q != m and q not in tried and self.rt.up[q]]
+            return (up[0], self.learners[up[0]], None) if up else None
 
     def until(self, m, life, t):
         """How many messages learner m's process has been sent, once every event up to its

@@ -82,7 +82,8 @@ class Testbed:
     1/(hosts − 1) of the rate and free to borrow all of it while the others are idle) instead
     of queueing everything in one token bucket's FIFO, where an all-to-all's flows share the
     rate unevenly and a host's ACKs to one peer wait behind its data to another (up to the
-    bucket's 200 ms of queue); where the kernel has no `htb`, the FIFO, said."""
+    bucket's queue: 200 ms, at least 256 kB, 2 s at 1 Mbit/s); where the kernel has no `htb`,
+    the FIFO, said."""
 
     def __init__(self, hosts: int, link=None, *, quiet: bool = False, tcp: str | None = None,
                  fair: bool = False):
