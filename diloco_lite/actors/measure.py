@@ -1,7 +1,7 @@
 """Measured against modelled (issue 18, part 3): Decoupled DiLoCo on real actors beside the
 simulated clock's prediction for the same `Cluster`.
 
-    python -m diloco_lite.actors.measure            # 4 learners, the default model, ~7 minutes
+    python -m diloco_lite.actors.measure            # 4 learners, the default model, ~6 minutes
     python -m diloco_lite.actors.measure --quick
 
 Every scenario runs the same config twice: on Ray actors (`train_actors`: real processes, real

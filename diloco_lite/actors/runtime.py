@@ -155,7 +155,7 @@ def train_actors(config, *, init_params=None, progress: bool = True, hold_s: flo
                        wire=out.get("wire"))
     result.runtime = dict(cpu=out["cpu"], resent=sum(out["resent"].values()),
                           restamped=out.get("restamped", 0), clock=clock, kills=out["kills"],
-                          refetched=sum(out.get("refetched", {}).values()))
+                          refetched=sum(out["refetched"].values()))
     return result
 
 

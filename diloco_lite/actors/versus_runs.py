@@ -25,8 +25,9 @@ from ..clock import Link, exchange_cost
 from ..config import DDP, DiLoCo, RunConfig
 
 TCP = "reno"  # the testbed's congestion control (`Testbed`'s `tcp`: BBR ran the links slower)
-# each host link shared fairly among its peers (`Testbed`'s `fair`): with one FIFO per link,
-# bf16 DDP's all-to-all ran 1.25–1.28× its clock at 1 Mbit/s
+# each host link shared fairly among its peers (`Testbed`'s `fair`): with one FIFO per link a
+# host's ACKs to one peer waited behind its data to another (DiLoCo's fp32 syncs at 1 Mbit/s:
+# 1.12–1.15× their clock in a probe, 1.06–1.09× on fair links; docs/systems.md)
 FAIR = True
 START_IN_S = 0.5  # `train_actors`' default start_in_s: its clock starts that long after the meter
 

@@ -219,11 +219,17 @@ class Testbed:
             print(text, file=sys.stderr, flush=True)
 
 
-def _tbf(gbit_per_s: float) -> list[str]:
-    """The token bucket of a link of `gbit_per_s`, as `tc` arguments."""
-    rate = gbit_per_s * 1e9  # bit/s
+def _bucket(gbit_per_s: float) -> tuple[float, int, int]:
+    """A link of `gbit_per_s`'s rate (bit/s), burst and queue limit (bytes)."""
+    rate = gbit_per_s * 1e9
     burst = max(int(rate / 8 / 250), 16_000)  # one 4 ms tick's worth (HZ=250), ≥ 16 kB
     limit = max(int(rate / 8 * 0.2), 256_000)  # 200 ms of queue: TCP, not drops, paces
+    return rate, burst, limit
+
+
+def _tbf(gbit_per_s: float) -> list[str]:
+    """The token bucket of a link of `gbit_per_s`, as `tc` arguments."""
+    rate, burst, limit = _bucket(gbit_per_s)
     return ["tbf", "rate", f"{int(rate)}bit", "burst", str(burst), "limit", str(limit)]
 
 
@@ -237,9 +243,7 @@ def _fair(dev: str, parent: list[str], gbit_per_s: float, k: int, hosts: int, si
     with its own FIFO of the token bucket's limit (`_tbf`); anything else (ARP) in a last
     class. `verb` "change": the same shape at a new rate (`set_rate`)."""
     top = parent[-1].rstrip(":")
-    rate = gbit_per_s * 1e9
-    burst = max(int(rate / 8 / 250), 16_000)  # as `_tbf`'s
-    limit = max(int(rate / 8 * 0.2), 256_000)
+    rate, burst, limit = _bucket(gbit_per_s)  # each class's burst and FIFO as `_tbf`'s
     peers = [j for j in range(hosts) if j != k]
 
     def shaped(classid, share, of=f"{top}:1"):
